@@ -1,0 +1,22 @@
+"""The Brain: workflows as decorated Python functions, every run recorded.
+
+>>> from brain import workflow, shell
+>>> @workflow
+... def hello():
+...     who = shell("who", command="echo world")
+...     shell("greet", argv=["echo", f"hello {who}"])
+"""
+
+from brain._errors import (BrainError, PlaceholderError, RunNotFound, StepFailed, StoreError,
+                           WorkflowDefinitionError, WorkflowLoadError)
+from brain._version import __version__
+from brain.dsl import (StepNode, Workflow, WorkflowGraph, cron, every, parallel, secret, shell,
+                       step, trigger, watch, webhook, workflow)
+from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData
+
+__all__ = [
+    "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
+    "StepNode", "StepResult", "StepStatus", "StoreError", "TriggerData", "Workflow",
+    "WorkflowDefinitionError", "WorkflowGraph", "WorkflowLoadError", "__version__", "cron",
+    "every", "parallel", "secret", "shell", "step", "trigger", "watch", "webhook", "workflow",
+]

@@ -1,0 +1,41 @@
+"""The exception hierarchy: catch ``BrainError`` for anything The Brain raises."""
+
+from __future__ import annotations
+
+
+class BrainError(Exception):
+    """Root of every error The Brain raises on purpose."""
+
+
+class WorkflowDefinitionError(BrainError):
+    """A workflow cannot be traced: raised when it is decorated, never at run time."""
+
+
+class PlaceholderError(BrainError):
+    """A placeholder cannot be resolved at run time (a missing trigger field, a NUL byte)."""
+
+
+class StepFailed(BrainError):
+    """A step failed; ``message`` is the reason stored with the step.
+
+    Executors raise it with the text a user should read; ``stderr`` carries the
+    tail of the step's error stream when there is one.
+    """
+
+    def __init__(self, message: str, *, stderr: str | None = None, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.message = message
+        self.stderr = stderr
+        self.retryable = retryable
+
+
+class StoreError(BrainError):
+    """The run store cannot be used (a wrong URL, an old schema, an unknown run)."""
+
+
+class RunNotFound(StoreError):
+    """No run matches the given id or prefix."""
+
+
+class WorkflowLoadError(BrainError):
+    """A workflow file cannot be imported or traced, or names no usable workflow."""

@@ -1,0 +1,71 @@
+"""The ``brain`` command line. Exit codes: 0 success, 1 failed run, 2 bad usage or bad file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from brain._version import __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"brain: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = _Parser(prog="brain", description="The Brain: workflows as Python functions.")
+    parser.add_argument("--version", action="version", version=f"brain {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("run", help="run a workflow now, with live step progress")
+    p.add_argument("target", metavar="FILE[:WORKFLOW]")
+    p.add_argument("--body", default=None, help="the trigger body ({trigger.body})")
+    p.add_argument("--json", action="store_true", help="print only the run as JSON on stdout")
+
+    p = sub.add_parser("check", help="trace and validate workflow files")
+    p.add_argument("files", nargs="+", metavar="FILE")
+
+    p = sub.add_parser("graph", help="show a workflow's steps and edges")
+    p.add_argument("target", metavar="FILE[:WORKFLOW]")
+    p.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
+
+    p = sub.add_parser("runs", help="list recent runs")
+    p.add_argument("--workflow", default=None)
+    p.add_argument("--status", default=None,
+                   choices=["queued", "running", "succeeded", "failed", "cancelled"])
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("show", help="show one run and its steps (a unique id prefix will do)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("cancel", help="ask a run to stop")
+    p.add_argument("run_id", metavar="RUN_ID")
+
+    p = sub.add_parser("prune", help="delete finished runs older than AGE (e.g. 30d, 12h)")
+    p.add_argument("--older-than", required=True, metavar="AGE")
+
+    p = sub.add_parser("db", help="database schema")
+    dbsub = p.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
+    dbsub.add_parser("upgrade", help="create or upgrade the schema to this version")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``brain`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        raise SystemExit(2)
+    if args.command == "db" and args.db_command is None:
+        parser.error("brain db needs an action: upgrade")
+    from brain.cli import commands
+
+    raise SystemExit(commands.dispatch(args))

@@ -1,0 +1,181 @@
+"""What each ``brain`` subcommand does. Handlers are thin: they call the same functions
+the server will."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, TypeVar
+
+from brain._errors import BrainError, RunNotFound, StoreError, WorkflowLoadError
+from brain.cli import render
+
+if TYPE_CHECKING:
+    from brain.store import Store
+
+T = TypeVar("T")
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``15m``, ``45s`` or ``2w`` as a time span."""
+    m = _AGE.match(text)
+    if not m:
+        raise ValueError(f"bad age {text!r}: use a number and a unit, e.g. 30d, 12h, 15m, 45s, 2w")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _fail(message: str, code: int = 2) -> int:
+    render.error(message)
+    return code
+
+
+def _in_store(fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the configured store, run ``fn`` with it, close it."""
+    from brain.store import Store
+
+    async def go() -> T:
+        async with Store() as store:
+            return await fn(store)
+
+    return asyncio.run(go())
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the chosen subcommand; turn expected errors into a message and exit code 2."""
+    handler = _HANDLERS[args.command]
+    try:
+        return handler(args)
+    except (WorkflowLoadError, StoreError, RunNotFound, ValueError) as exc:
+        return _fail(str(exc))
+    except BrainError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        render.error("interrupted")
+        return 130
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from brain.loader import load_target
+
+    wf = load_target(args.target)
+    progress = None if args.json else render.Progress(wf)
+    result = asyncio.run(wf.arun(args.body, on_event=progress))
+    if args.json:
+        print(json.dumps(result.to_json_dict(), ensure_ascii=False))
+    else:
+        render.run_summary(result)
+    return 0 if result.succeeded else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from brain.loader import load_file
+
+    bad = 0
+    for file in args.files:
+        try:
+            workflows = load_file(file)
+        except WorkflowLoadError as exc:
+            render.error(str(exc))
+            bad += 1
+            continue
+        if not workflows:
+            render.error(f"{file}: defines no @workflow")
+            bad += 1
+        for wf in workflows.values():
+            render.ok(f"{file}: {wf.name} ({len(wf.spec.steps)} steps"
+                      + (f", {len(wf.triggers)} triggers" if wf.triggers else "") + ")")
+    return 2 if bad else 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from brain.loader import load_target
+
+    wf = load_target(args.target)
+    graph = wf.graph
+    if args.mermaid:
+        print("flowchart TD")
+        for name in graph.nodes:
+            print(f"    {_mermaid_id(name)}[\"{name}\"]")
+        for up, down in graph.edges:
+            print(f"    {_mermaid_id(up)} --> {_mermaid_id(down)}")
+        return 0
+    render.graph(wf)
+    return 0
+
+
+def _mermaid_id(name: str) -> str:
+    return "s_" + name.replace("-", "__")
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    results = _in_store(lambda store: store.list_runs(workflow=args.workflow, status=args.status,
+                                                      limit=args.limit))
+    if args.json:
+        print(json.dumps([r.to_json_dict() for r in results], ensure_ascii=False))
+    else:
+        render.runs_table(results)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    result = _in_store(lambda store: store.get_run(args.run_id))
+    if args.json:
+        print(json.dumps(result.to_json_dict(), ensure_ascii=False))
+    else:
+        render.run_detail(result)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    result, was_active = _in_store(lambda store: store.request_cancel(args.run_id))
+    if not was_active:
+        render.error(f"run {result.run_id} already ended ({result.status})")
+        return 1
+    render.ok(f"run {result.run_id} cancelled" if result.status == "cancelled"
+              else f"run {result.run_id}: cancel requested; it stops within a second")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from brain.store.store import utcnow
+
+    age = parse_age(args.older_than)
+
+    count = _in_store(lambda store: store.prune(utcnow() - age))
+    render.ok(f"deleted {count} finished run{'s' if count != 1 else ''} older than {args.older_than}")
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from brain.store import Store
+    from brain.store.schema import upgrade
+
+    async def go() -> tuple[str | None, str, str]:
+        store = Store()
+        await store.open(check_schema=False)
+        try:
+            before, after = await upgrade(store.engine)
+        finally:
+            await store.close()
+        return before, after, store.shown_url
+
+    before, after, url = asyncio.run(go())
+    if before == after:
+        render.ok(f"{url}: schema already at revision {after}")
+    else:
+        render.ok(f"{url}: schema upgraded from {before or 'empty'} to revision {after}")
+    return 0
+
+
+_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
+    "cancel": cmd_cancel, "prune": cmd_prune, "db": cmd_db,
+}

@@ -1,0 +1,132 @@
+"""Terminal output for the CLI (rich): progress on stderr, tables and details."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from brain.runner.events import StepEvent
+
+if TYPE_CHECKING:
+    from brain.dsl.workflow import Workflow
+    from brain.results import RunResult
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+_MARK = {"succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[dim]–[/]",
+         "cancelled": "[yellow]■[/]", "running": "[cyan]▶[/]", "retrying": "[yellow]↻[/]",
+         "queued": "[dim]…[/]", "pending": "[dim]·[/]"}
+_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
+          "queued": "dim", "skipped": "dim", "pending": "dim"}
+
+
+def error(message: str) -> None:
+    """An error line on stderr (no traceback)."""
+    err.print(f"[red]error:[/] {escape(message)}")
+
+
+def ok(message: str) -> None:
+    """A plain confirmation on stderr."""
+    err.print(escape(message))
+
+
+def _preview(text: str | None, width: int = 60) -> str:
+    if not text:
+        return ""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    more = "…" if len(line) > width or "\n" in text.strip() else ""
+    return escape(line[:width]) + more
+
+
+class Progress:
+    """Prints one line per step event as a run goes (the live view of ``brain run``)."""
+
+    def __init__(self, wf: Workflow) -> None:
+        self.wf = wf
+        self.started = time.perf_counter()
+        err.print(f"[bold]{escape(wf.name)}[/] · {len(wf.spec.steps)} steps")
+
+    def __call__(self, event: StepEvent) -> None:
+        mark = _MARK.get(event.status, event.status)
+        name = escape(event.step)
+        took = f" [dim]{event.seconds:.2f}s[/]" if event.seconds is not None else ""
+        if event.status == "running":
+            err.print(f"  {mark} {name} [dim]({event.kind})[/]")
+        elif event.status in ("failed", "retrying"):
+            tries = f" [dim](try {event.tries})[/]" if event.tries > 1 or event.status == "retrying" else ""
+            err.print(f"  {mark} {name}{took}{tries}: [red]{escape(event.error or '')}[/]")
+        else:
+            err.print(f"  {mark} {name} {event.status}{took}")
+
+
+def run_summary(result: RunResult) -> None:
+    """The closing lines of ``brain run``: the status and the last output."""
+    style = _STYLE.get(str(result.status), "")
+    took = ""
+    if result.started_at and result.ended_at:
+        took = f" in {(result.ended_at - result.started_at).total_seconds():.2f}s"
+    last = [s for s in result.steps.values() if s.status == "succeeded"]
+    if result.succeeded and last and last[-1].output:
+        out.print(escape(last[-1].output))
+    err.print(f"run [bold]{result.run_id[:12]}[/] [{style}]{result.status}[/]{took}"
+              + (f": {escape(result.error)}" if result.error else "")
+              + f"  [dim](brain show {result.run_id[:12]})[/]")
+
+
+def _when(t: datetime | None) -> str:
+    return t.astimezone().strftime("%Y-%m-%d %H:%M:%S") if t else ""
+
+
+def runs_table(results: list[RunResult]) -> None:
+    """``brain runs``."""
+    if not results:
+        err.print("no runs")
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("run", "workflow", "status", "event", "started", "took", "error"):
+        table.add_column(col)
+    for r in results:
+        took = (f"{(r.ended_at - r.started_at).total_seconds():.2f}s"
+                if r.started_at and r.ended_at else "")
+        table.add_row(r.run_id[:12], escape(r.workflow),
+                      f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]", r.trigger.event,
+                      _when(r.started_at or r.created_at), took, escape((r.error or "")[:60]))
+    out.print(table)
+
+
+def run_detail(r: RunResult) -> None:
+    """``brain show``."""
+    out.print(f"[bold]run {r.run_id}[/]  {escape(r.workflow)}  "
+              f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]")
+    out.print(f"trigger: {r.trigger.event}" + (f"  body: {_preview(r.trigger.body)}" if r.trigger.body else "")
+              + (f"  path: {escape(r.trigger.path)}" if r.trigger.path else ""))
+    out.print(f"created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}")
+    if r.error:
+        out.print(f"[red]error:[/] {escape(r.error)}")
+    table = Table(box=None, pad_edge=False)
+    for col in ("step", "kind", "status", "tries", "took", "output / error"):
+        table.add_column(col)
+    for s in r.steps.values():
+        took = (f"{(s.ended_at - s.started_at).total_seconds():.2f}s"
+                if s.started_at and s.ended_at else "")
+        detail = f"[red]{escape(s.error)}[/]" if s.error else _preview(s.output)
+        table.add_row(escape(s.name), s.kind, f"[{_STYLE.get(str(s.status), '')}]{s.status}[/]",
+                      str(s.tries), took, detail)
+    out.print(table)
+
+
+def graph(wf: Workflow) -> None:
+    """``brain graph`` as text: each step and what it waits for."""
+    out.print(f"[bold]{escape(wf.name)}[/]")
+    waits: dict[str, list[str]] = {n: [] for n in wf.graph.nodes}
+    for up, down in wf.graph.edges:
+        waits[down].append(up)
+    for name in wf.graph.nodes:
+        after = f"  [dim]← {', '.join(waits[name])}[/]" if waits[name] else ""
+        out.print(f"  {escape(name)}{after}")

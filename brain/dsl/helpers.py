@@ -1,0 +1,94 @@
+"""Step helpers: ``shell()`` and ``secret()``; each records a step while tracing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from brain import placeholders
+from brain.dsl.model import SecretRef, ShellStepSpec
+from brain.dsl.nodes import StepNode
+from brain.dsl.tracing import Tracer, require_tracer
+
+
+def secret(env: str) -> SecretRef:
+    """A secret read from environment variable ``env`` when the step starts.
+
+    It may stand for an ``env`` value, an ``args`` value or an ``api_key``;
+    it is always shown and stored as ``***``.
+    """
+    return SecretRef(env=env)
+
+
+def common_options(tracer: Tracer, name: str, timeout_seconds: float | None, retries: int,
+                   retry_delay_seconds: float, max_output_bytes: int | None) -> dict[str, object]:
+    """Check and gather the options every step takes."""
+    if timeout_seconds is not None and not timeout_seconds > 0:
+        raise tracer.error(name, f"timeout_seconds must be positive, not {timeout_seconds}")
+    if not isinstance(retries, int) or retries < 0:
+        raise tracer.error(name, f"retries must be a whole number >= 0, not {retries!r}")
+    if retry_delay_seconds < 0:
+        raise tracer.error(name, "retry_delay_seconds must not be negative")
+    opts: dict[str, object] = {"timeout_seconds": timeout_seconds, "retries": retries,
+                               "retry_delay_seconds": retry_delay_seconds}
+    if max_output_bytes is not None:
+        if max_output_bytes <= 0:
+            raise tracer.error(name, "max_output_bytes must be positive")
+        opts["max_output_bytes"] = max_output_bytes
+    return opts
+
+
+def shell(name: str, command: object = None, *, argv: Sequence[object] | None = None,
+          stdin: object = None, env: Mapping[str, object] | None = None, cwd: str | None = None,
+          quote: bool = True, timeout_seconds: float | None = 60, retries: int = 0,
+          retry_delay_seconds: float = 1.0, max_output_bytes: int | None = None,
+          after: Sequence[object] | None = None) -> StepNode:
+    """A shell step; its output is stdout without trailing newlines.
+
+    ``command`` runs through ``/bin/sh -c`` with each placeholder's value
+    shell-quoted; ``argv`` runs with no shell at all.
+
+    >>> @workflow                                    # doctest: +SKIP
+    ... def hello():
+    ...     who = shell("who", command="whoami")
+    ...     shell("greet", argv=["echo", f"hello {who}"])
+    """
+    tracer = require_tracer("shell")
+    name = tracer.check_name(name)
+    refs: list[str] = []
+    opts = common_options(tracer, name, timeout_seconds, retries, retry_delay_seconds,
+                          max_output_bytes)
+    cmd_text: str | None = None
+    argv_items: tuple[str, ...] | None = None
+    if (command is None) == (argv is None):
+        raise tracer.error(name, "give exactly one of command= (run by /bin/sh) or argv= (no shell)")
+    if command is not None:
+        cmd_text = tracer.template(name, "command", command, refs)
+        if not cmd_text.strip():
+            raise tracer.error(name, "empty command")
+        if quote:
+            problem = placeholders.quoting_problem(cmd_text)
+            if problem:
+                raise tracer.error(name, problem)
+    else:
+        if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
+            raise tracer.error(name, "argv must be a list of strings, e.g. argv=['ls', '-l']")
+        argv_items = tuple(tracer.template(name, f"argv[{i}]", a, refs) for i, a in enumerate(argv))
+        if not argv_items or not argv_items[0].strip():
+            raise tracer.error(name, "empty command: argv needs at least the program to run")
+    stdin_text = None if stdin is None else tracer.template(name, "stdin", stdin, refs)
+    env_values: dict[str, str | SecretRef] = {}
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not key or "=" in key:
+            raise tracer.error(name, f"bad environment variable name {key!r}")
+        env_values[key] = value if isinstance(value, SecretRef) else tracer.template(
+            name, f"env[{key!r}]", value, refs)
+    if cwd is not None and not isinstance(cwd, str):
+        raise tracer.error(name, "cwd must be a string path")
+    after_names = tracer.after_names(name, after)
+    spec = ShellStepSpec(
+        name=name, position=len(tracer.steps),
+        upstream=tracer.upstream(tracer.order_upstream(), refs, after_names),
+        previous_refs=tracer.previous_refs(name),
+        command=cmd_text, argv=argv_items, stdin=stdin_text, env=env_values, cwd=cwd,
+        quote=quote, **opts)  # type: ignore[arg-type]
+    return tracer.add(spec)

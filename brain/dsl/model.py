@@ -1,0 +1,108 @@
+"""The immutable description a traced workflow becomes (pydantic models).
+
+Data moves one way: the tracer builds these, the runner only reads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from brain.dsl.triggers import TriggerSpec
+
+DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SecretRef(_Frozen):
+    """A value read from the environment variable ``env`` when the step starts.
+
+    Made by :func:`brain.secret`; always shown and stored as ``***``.
+    """
+
+    env: str
+
+    def _misuse(self) -> str:
+        from brain._errors import WorkflowDefinitionError
+
+        raise WorkflowDefinitionError(
+            f"secret({self.env!r}) can only stand for an api_key, an env value or an "
+            f"args value, never inside other text")
+
+    __str__ = _misuse
+
+    def __format__(self, spec: str) -> str:
+        return self._misuse()
+
+
+class StepSpec(_Frozen):
+    """What every step has, whatever its kind."""
+
+    name: str
+    kind: str
+    position: int
+    upstream: tuple[str, ...] = ()
+    timeout_seconds: float | None = None
+    retries: int = 0
+    retry_delay_seconds: float = 1.0
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    previous_refs: tuple[str, ...] = ()
+
+
+class ShellStepSpec(StepSpec):
+    """A ``shell()`` step: ``command`` through ``/bin/sh -c`` or ``argv`` without a shell."""
+
+    kind: Literal["shell"] = "shell"
+    command: str | None = None
+    argv: tuple[str, ...] | None = None
+    stdin: str | None = None
+    env: dict[str, str | SecretRef] = Field(default_factory=dict)
+    cwd: str | None = None
+    quote: bool = True
+
+
+class FunctionStepSpec(StepSpec):
+    """A ``@step`` function call; ``arguments`` are the bound arguments, templates inside."""
+
+    kind: Literal["step"] = "step"
+    function: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    func: Callable[..., Any] = Field(exclude=True, repr=False)
+
+
+AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec, Field(discriminator="kind")]
+
+
+class WorkflowGraph(_Frozen):
+    """``nodes``: step names in call order; ``edges``: ``(upstream, downstream)`` pairs."""
+
+    nodes: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...]
+
+
+class WorkflowSpec(_Frozen):
+    """A whole traced workflow."""
+
+    name: str
+    description: str | None = None
+    steps: tuple[AnyStepSpec, ...]
+    triggers: tuple[TriggerSpec, ...] = ()
+    max_concurrent_runs: int | None = None
+    source_file: str | None = None
+
+    @property
+    def graph(self) -> WorkflowGraph:
+        """The DAG as plain data."""
+        edges = tuple((up, s.name) for s in self.steps for up in s.upstream)
+        return WorkflowGraph(nodes=tuple(s.name for s in self.steps), edges=edges)
+
+    def definition_hash(self) -> str:
+        """A digest of everything that decides how a run executes (not the file path)."""
+        text = self.model_dump_json(exclude={"source_file", "description"})
+        return hashlib.sha256(text.encode()).hexdigest()

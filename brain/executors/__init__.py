@@ -1,0 +1,15 @@
+"""Executors, one per step kind, behind the interface in :mod:`brain.executors.base`."""
+
+from __future__ import annotations
+
+from brain.executors.base import Executor, PreparedStep, StepContext, StepOutput
+from brain.executors.function import FunctionExecutor
+from brain.executors.shell import ShellExecutor
+
+
+def default_executors() -> dict[str, Executor]:
+    """A fresh mapping of step kind to executor."""
+    return {"shell": ShellExecutor(), "step": FunctionExecutor()}
+
+
+__all__ = ["Executor", "PreparedStep", "StepContext", "StepOutput", "default_executors"]

@@ -1,0 +1,80 @@
+"""The one small interface every step kind implements.
+
+An executor turns a step spec into resolved inputs (``prepare``) and then does
+the work (``execute``). Executors return results or raise :class:`StepFailed`;
+they never touch the store or the server: the runner records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from brain._errors import StepFailed
+from brain.dsl.model import SecretRef, StepSpec
+
+#: ``resolve(text, shell_quote)`` fills in a template for the current run.
+Resolve = Callable[[str, bool], str]
+
+REDACTED = "***"
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What an executor may know about the run around it."""
+
+    workflow_dir: str
+    protected_env: frozenset[str] = frozenset()
+
+
+@dataclass
+class PreparedStep:
+    """A step with its placeholders filled in.
+
+    ``inputs`` is what gets stored and shown (secrets as ``***``); ``payload``
+    holds the real values for ``execute``; ``secrets`` lists secret values to
+    scrub from anything recorded.
+    """
+
+    inputs: dict[str, Any]
+    payload: dict[str, Any]
+    secrets: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """A step's output text and the tail of its error stream, if any."""
+
+    output: str
+    stderr: str | None = None
+
+
+class Executor(Protocol):
+    """One per step kind (``shell``, ``step``; ``llm`` and ``mcp_tool`` slot in the same way)."""
+
+    kind: str
+
+    def prepare(self, spec: Any, resolve: Resolve) -> PreparedStep:
+        """Resolve the spec's placeholders and secrets for this run."""
+        ...
+
+    async def execute(self, spec: Any, prepared: PreparedStep, ctx: StepContext) -> StepOutput:
+        """Do the work; raise :class:`StepFailed` with a readable reason on failure."""
+        ...
+
+
+def read_secret(ref: SecretRef, step: StepSpec) -> str:
+    """The value of a secret, read from the environment now."""
+    value = os.environ.get(ref.env)
+    if value is None:
+        raise StepFailed(f"secret {ref.env} is not set in the environment", retryable=False)
+    return value
+
+
+def tail_text(data: bytes, limit: int = 8192) -> str | None:
+    """The last ``limit`` bytes of ``data`` as text, or ``None`` when empty."""
+    if not data:
+        return None
+    return data[-limit:].decode("utf-8", errors="replace")

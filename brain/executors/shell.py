@@ -1,0 +1,225 @@
+"""Shell steps: ``/bin/sh -c`` or a bare argv, in a process group of their own.
+
+The step ends when the shell exits; the group is then killed (SIGTERM, then
+SIGKILL after 2 s), so a background child that keeps stdout open cannot hang
+it. A timeout or cancel kills the group at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from typing import Any
+
+from brain._errors import StepFailed
+from brain.dsl.model import SecretRef, ShellStepSpec
+from brain.executors.base import (REDACTED, PreparedStep, Resolve, StepContext, StepOutput,
+                                  read_secret, tail_text)
+
+KILL_GRACE_SECONDS = 2.0
+_SECRET_PREFIXES = ("BRAIN_", "THE_BRAIN_")
+_SECRET_NAMES = frozenset({"LLM_API_KEY"})
+
+
+def child_environment(protected: frozenset[str], extra: dict[str, str]) -> dict[str, str]:
+    """The orchestrator's environment minus its own secrets, with ``extra`` merged over it."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_SECRET_PREFIXES) and k not in _SECRET_NAMES and k not in protected}
+    env.update(extra)
+    return env
+
+
+class ShellExecutor:
+    """Runs ``shell()`` steps."""
+
+    kind = "shell"
+
+    def prepare(self, spec: ShellStepSpec, resolve: Resolve) -> PreparedStep:
+        """Fill in command (shell-quoted unless ``quote=False``), argv, stdin and env."""
+        inputs: dict[str, Any] = {}
+        payload: dict[str, Any] = {}
+        secrets: list[str] = []
+        if spec.command is not None:
+            payload["command"] = inputs["command"] = resolve(spec.command, spec.quote)
+        else:
+            payload["argv"] = [resolve(a, False) for a in spec.argv or ()]
+            inputs["argv"] = list(payload["argv"])
+        if spec.stdin is not None:
+            payload["stdin"] = inputs["stdin"] = resolve(spec.stdin, False)
+        env: dict[str, str] = {}
+        shown_env: dict[str, str] = {}
+        for key, value in spec.env.items():
+            if isinstance(value, SecretRef):
+                env[key] = read_secret(value, spec)
+                secrets.append(env[key])
+                shown_env[key] = REDACTED
+            else:
+                env[key] = shown_env[key] = resolve(value, False)
+            if "\x00" in env[key]:
+                raise StepFailed(f"env value {key} contains a NUL byte", retryable=False)
+        payload["env"] = env
+        if shown_env:
+            inputs["env"] = shown_env
+        if spec.cwd is not None:
+            inputs["cwd"] = spec.cwd
+        return PreparedStep(inputs=inputs, payload=payload, secrets=secrets)
+
+    async def execute(self, spec: ShellStepSpec, prepared: PreparedStep,
+                      ctx: StepContext) -> StepOutput:
+        """Run the process; stdout (trailing newlines removed) is the output."""
+        payload = prepared.payload
+        argv = ["/bin/sh", "-c", payload["command"]] if "command" in payload else payload["argv"]
+        cwd = ctx.workflow_dir if spec.cwd is None else os.path.join(ctx.workflow_dir, spec.cwd)
+        if not os.path.isdir(cwd):
+            raise StepFailed(f"working folder {cwd} does not exist", retryable=False)
+        stdin_data = payload.get("stdin")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=cwd, env=child_environment(ctx.protected_env, payload["env"]),
+                stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            raise StepFailed(f"cannot start {argv[0]!r}: {exc.strerror}", retryable=False) from None
+        except ValueError as exc:  # e.g. an embedded NUL in argv
+            raise StepFailed(f"cannot start {argv[0]!r}: {exc}", retryable=False) from None
+        assert proc.stdout is not None and proc.stderr is not None
+        limit = spec.max_output_bytes
+        stdout = _Collector(proc.stdout, limit=limit + 1)
+        stderr = _Collector(proc.stderr, keep_tail=8192)
+        readers = [asyncio.ensure_future(stdout.run()), asyncio.ensure_future(stderr.run())]
+        try:
+            if stdin_data is not None:
+                await _feed(proc, stdin_data.encode("utf-8", errors="surrogateescape"))
+            waiter = asyncio.ensure_future(proc.wait())
+            done, _ = await asyncio.wait([waiter, stdout.overflow], return_when=asyncio.FIRST_COMPLETED)
+            if waiter not in done:  # too much output: stop it now
+                waiter.cancel()
+                _signal_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+            await _end_group(proc.pid, readers)
+        except BaseException:
+            _signal_group(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(_reap(proc, readers))
+            raise
+        err_tail = tail_text(bytes(stderr.data))
+        if stdout.size > limit:
+            raise StepFailed(f"output is larger than max_output_bytes ({limit} bytes)",
+                             stderr=err_tail, retryable=False)
+        code = proc.returncode
+        if code != 0:
+            reason = f"exit code {code}" if code is not None and code > 0 else \
+                f"killed by signal {-(code or 0)}"
+            last = (err_tail or "").strip().splitlines()
+            raise StepFailed(f"command failed with {reason}" + (f": {last[-1][:500]}" if last else ""),
+                             stderr=err_tail)
+        out = bytes(stdout.data).decode("utf-8", errors="replace").rstrip("\n")
+        return StepOutput(output=out, stderr=err_tail)
+
+
+class _Collector:
+    """Reads a pipe to its end, keeping all (up to ``limit``) or only the last bytes."""
+
+    def __init__(self, stream: asyncio.StreamReader, *, limit: int | None = None,
+                 keep_tail: int | None = None) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.keep_tail = keep_tail
+        self.data = bytearray()
+        self.size = 0
+        self.overflow: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def run(self) -> None:
+        while True:
+            chunk = await self.stream.read(65536)
+            if not chunk:
+                return
+            self.size += len(chunk)
+            self.data += chunk
+            if self.keep_tail is not None and len(self.data) > 2 * self.keep_tail:
+                del self.data[: -self.keep_tail]
+            if self.limit is not None and self.size >= self.limit:
+                if not self.overflow.done():
+                    self.overflow.set_result(None)
+                return
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the command did not read all its input: that is its business
+    finally:
+        proc.stdin.close()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Signal the process group; ``False`` when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process remains in group ``pgid``."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: fall back to "the group exists", zombies included
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return False
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+async def _end_group(pgid: int, readers: list[asyncio.Future[None]]) -> None:
+    """After the shell exited: kill what it left behind, then drain its pipes."""
+    if _signal_group(pgid, signal.SIGTERM):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + KILL_GRACE_SECONDS
+        while _group_alive(pgid) and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+    # Anything still holding the pipes escaped the group (setsid): stop waiting soon.
+    _, pending = await asyncio.wait(readers, timeout=KILL_GRACE_SECONDS)
+    for task in pending:
+        task.cancel()
+
+
+async def _reap(proc: asyncio.subprocess.Process, readers: list[asyncio.Future[None]]) -> None:
+    """On timeout or cancel: the group got SIGTERM; SIGKILL it if it lingers, then reap."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + KILL_GRACE_SECONDS
+    while loop.time() < deadline and (proc.returncode is None or _group_alive(proc.pid)):
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=0.02)
+        except TimeoutError:
+            pass
+        if proc.returncode is not None and not _group_alive(proc.pid):
+            break
+    _signal_group(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    for task in readers:
+        task.cancel()

@@ -1,0 +1,102 @@
+"""Import workflow files and find the workflows in them, with readable errors."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from brain._errors import WorkflowDefinitionError, WorkflowLoadError
+from brain.dsl.workflow import Workflow
+
+_SKIP_PREFIXES = ("_", "test_")
+
+
+def _describe(path: str, exc: BaseException) -> str:
+    """``path:line: Error: message``, pointing at the user's file, never a traceback."""
+    if isinstance(exc, WorkflowDefinitionError):
+        return f"{path}: {exc}"
+    if isinstance(exc, SyntaxError):
+        return f"{exc.filename or path}:{exc.lineno}: SyntaxError: {exc.msg}"
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if os.path.abspath(frame.filename) == path:
+            line = frame.lineno
+    where = f"{path}:{line}" if line else path
+    return f"{where}: {type(exc).__name__}: {exc}"
+
+
+def load_file(path: str | os.PathLike[str]) -> dict[str, Workflow]:
+    """Import a workflow file; return its workflows by name (in definition order)."""
+    full = os.path.abspath(path)
+    if not os.path.isfile(full):
+        raise WorkflowLoadError(f"{path}: no such file")
+    digest = hashlib.sha1(full.encode()).hexdigest()[:10]
+    module_name = f"brain_workflows.{Path(full).stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(module_name, full)
+    if spec is None or spec.loader is None:
+        raise WorkflowLoadError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(full)
+    sys.modules[module_name] = module
+    sys.path.insert(0, folder)  # so the file can import its neighbours
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(module_name, None)
+        raise WorkflowLoadError(_describe(full, exc)) from None
+    finally:
+        if sys.path and sys.path[0] == folder:
+            sys.path.pop(0)
+    found: dict[str, Workflow] = {}
+    for value in vars(module).values():
+        if isinstance(value, Workflow) and value.spec.source_file == full:
+            found[value.name] = value
+    return found
+
+
+def load_target(target: str) -> Workflow:
+    """``FILE`` or ``FILE:WORKFLOW`` → the one workflow it names."""
+    path, _, name = target.rpartition(":") if ":" in target and not os.path.exists(target) \
+        else (target, "", "")
+    workflows = load_file(path)
+    if not workflows:
+        raise WorkflowLoadError(f"{path}: defines no @workflow")
+    if name:
+        if name not in workflows:
+            raise WorkflowLoadError(f"{path}: no workflow {name!r} (it defines "
+                                    f"{', '.join(workflows)})")
+        return workflows[name]
+    if len(workflows) > 1:
+        raise WorkflowLoadError(f"{path} defines several workflows ({', '.join(workflows)}): "
+                                f"pick one with {path}:NAME")
+    return next(iter(workflows.values()))
+
+
+def workflow_files(paths: list[str]) -> list[str]:
+    """Files named, plus each folder's ``*.py`` (not recursive, skipping ``_*``, ``test_*``, conftest)."""
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for entry in sorted(os.listdir(p)):
+                if (entry.endswith(".py") and not entry.startswith(_SKIP_PREFIXES)
+                        and entry != "conftest.py"):
+                    files.append(os.path.join(p, entry))
+        else:
+            files.append(p)
+    return files
+
+
+def discover(paths: list[str]) -> dict[str, Workflow]:
+    """All workflows in ``paths`` by name; a duplicate name is an error naming both files."""
+    found: dict[str, Workflow] = {}
+    for file in workflow_files(paths):
+        for name, wf in load_file(file).items():
+            if name in found:
+                raise WorkflowLoadError(f"workflow {name!r} is defined twice: in "
+                                        f"{found[name].spec.source_file} and {wf.spec.source_file}")
+            found[name] = wf
+    return found

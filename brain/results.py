@@ -1,0 +1,119 @@
+"""What a run gives back: ``RunResult`` and ``StepResult`` (plain data)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RunStatus(str, Enum):
+    """``queued → running → succeeded | failed | cancelled``."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StepStatus(str, Enum):
+    """``pending → running → succeeded | failed | skipped | cancelled``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINISHED_RUN = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class TriggerData(BaseModel):
+    """The input of a run: ``{trigger.event}``, ``{trigger.body}``, ``{trigger.path}``, headers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event: str = "manual"
+    body: str = ""
+    path: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def from_input(cls, value: object, *, event: str = "manual") -> TriggerData:
+        """Accept ``None``, a body string, a ``TriggerData`` or a dict of its fields.
+
+        A non-string body is stored as compact JSON; header names are lower-cased.
+        """
+        if value is None:
+            return cls(event=event)
+        if isinstance(value, TriggerData):
+            return value
+        if isinstance(value, str):
+            return cls(event=event, body=value)
+        if not isinstance(value, Mapping):
+            raise TypeError("trigger= takes a body string or a dict with body/event/path/headers")
+        unknown = set(value) - {"event", "body", "path", "headers"}
+        if unknown:
+            raise TypeError(f"unknown trigger fields {sorted(unknown)}; use body, event, path, headers")
+        body = value.get("body")
+        if body is None:
+            body = ""
+        elif not isinstance(body, str):
+            body = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        headers = {str(k).lower(): str(v) for k, v in (value.get("headers") or {}).items()}
+        return cls(event=value.get("event") or event, body=body, path=value.get("path"),
+                   headers=headers)
+
+
+class StepResult(BaseModel):
+    """One step of a run, as recorded."""
+
+    name: str
+    kind: str
+    status: StepStatus
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    output: str | None = None
+    error: str | None = None
+    tries: int = 0
+    stderr: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class RunResult(BaseModel):
+    """A run, as recorded: its status, error, trigger and each step by name (call order)."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    error: str | None = None
+    trigger: TriggerData = Field(default_factory=TriggerData)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    previous_run_id: str | None = None
+    steps: dict[str, StepResult] = Field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the run ended ``succeeded``."""
+        return self.status == RunStatus.SUCCEEDED
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``brain show --json`` and the API: steps as a list in call order."""
+        data = self.model_dump(mode="json", exclude={"steps"})
+        data["steps"] = [s.model_dump(mode="json") for s in self.steps.values()]
+        return data

@@ -1,0 +1,128 @@
+"""Running workflows: start a run now, execute a queued one, resume an abandoned one."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from brain._errors import StoreError
+from brain.executors import Executor
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData
+from brain.runner.engine import RunExecution
+from brain.runner.events import EventHandler, StepEvent
+from brain.store import Store
+
+if TYPE_CHECKING:
+    from brain.dsl.workflow import Workflow
+
+__all__ = ["EventHandler", "StepEvent", "execute_run", "new_owner", "resume_run",
+           "run_workflow_now"]
+
+WORKFLOW_CHANGED = "workflow changed since the run started"
+
+
+def lease_seconds() -> float:
+    """How long a lease lasts without a heartbeat (``BRAIN_LEASE_SECONDS``, default 30)."""
+    raw = os.environ.get("BRAIN_LEASE_SECONDS", "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise StoreError(f"BRAIN_LEASE_SECONDS must be a number of seconds, not {raw!r}") from None
+    return max(value, 1.0)
+
+
+def new_owner() -> str:
+    """A lease owner id for this process: host, pid and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _store_for(store: Store | str | None) -> tuple[Store, bool]:
+    if isinstance(store, Store):
+        return store, not store.is_open
+    return Store(store), True
+
+
+async def run_workflow_now(wf: Workflow, trigger: object = None, *,
+                           store: Store | str | None = None, on_event: EventHandler | None = None,
+                           executors: Mapping[str, Executor] | None = None,
+                           previous_outputs: dict[str, str] | None = None) -> RunResult:
+    """Record a new run of ``wf``, execute it in this process, and return its result."""
+    trig = TriggerData.from_input(trigger)
+    st, own = _store_for(store)
+    if own:
+        await st.open()
+    try:
+        owner = new_owner()
+        run_id = uuid.uuid4().hex
+        lease = lease_seconds()
+        uses_previous = any(s.previous_refs for s in wf.spec.steps)
+        previous = None
+        if uses_previous and previous_outputs is None:
+            from brain.store.store import utcnow
+
+            previous = await st.latest_succeeded_run(wf.name, utcnow())
+        await st.create_run(run_id=run_id, workflow=wf.name, definition_hash=wf.definition_hash,
+                            trigger=trig, step_rows=[(s.name, s.kind) for s in wf.spec.steps],
+                            owner=owner, lease_seconds=lease, previous_run_id=previous)
+        execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
+                                 lease_seconds=lease, executors=executors, on_event=on_event)
+        if previous_outputs is not None:
+            execution._previous = dict(previous_outputs)
+        await execution.execute()
+        return await st.get_run(run_id)
+    finally:
+        if own:
+            await st.close()
+
+
+async def execute_run(wf: Workflow, store: Store, run_id: str, *, owner: str | None = None,
+                      on_event: EventHandler | None = None,
+                      executors: Mapping[str, Executor] | None = None) -> RunResult | None:
+    """Claim a queued run, or a running one whose lease expired, and execute it.
+
+    Steps that already succeeded keep their stored outputs; every other step
+    runs (again). A run recorded under another definition of the workflow
+    fails with ``workflow changed since the run started``. Returns ``None``
+    when the run could not be claimed (another executor has it, or it ended).
+    """
+    owner = owner or new_owner()
+    lease = lease_seconds()
+    if not await store.claim_run(run_id, owner, lease):
+        return None
+    row = await store.run_row(run_id)
+    assert row is not None
+    if row.definition_hash != wf.definition_hash or row.workflow != wf.name:
+        await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED)
+        return await store.get_run(run_id)
+    trigger = TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
+                          headers=json.loads(row.trigger_headers or "{}"))
+    previous = row.previous_run_id
+    if previous is None and row.started_at is not None and any(s.previous_refs for s in wf.spec.steps):
+        previous = await store.latest_succeeded_run(wf.name, row.created_at)
+        await store.set_previous_run(run_id, previous)
+    states = await store.step_states(run_id)
+    outputs = await store.step_outputs(run_id)
+    unfinished = [n for n, (status, _) in states.items() if status != StepStatus.SUCCEEDED.value]
+    await store.reset_steps(run_id, unfinished)
+    execution = RunExecution(wf, store, run_id, owner, trigger=trigger, previous_run_id=previous,
+                             lease_seconds=lease, outputs=outputs,
+                             tries={n: t for n, (_, t) in states.items()},
+                             executors=executors, on_event=on_event)
+    await execution.execute()
+    return await store.get_run(run_id)
+
+
+async def resume_run(wf: Workflow, store: Store, run_id: str, *,
+                     on_event: EventHandler | None = None) -> RunResult | None:
+    """Resume a run whose executor died (its lease expired); see :func:`execute_run`.
+
+    Returns ``None`` when the run is finished or still held by a live lease.
+    """
+    run = await store.get_run(run_id, with_steps=False)
+    if run.status in FINISHED_RUN:
+        return None
+    return await execute_run(wf, store, run.run_id, on_event=on_event)

@@ -1,0 +1,281 @@
+"""Executes one claimed run: the DAG on asyncio, recording every step as it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from brain._errors import PlaceholderError, StepFailed
+from brain.dsl.model import StepSpec
+from brain.executors import Executor, StepContext, default_executors
+from brain.executors.base import PreparedStep, StepOutput
+from brain.placeholders import Ref, render
+from brain.results import RunStatus, StepStatus, TriggerData
+from brain.runner.events import EventHandler, StepEvent
+from brain.store.store import utcnow
+
+if TYPE_CHECKING:
+    from brain.dsl.workflow import Workflow
+    from brain.store import Store
+
+POLL_SECONDS = 0.5
+
+
+@dataclass
+class _Outcome:
+    name: str
+    ok: bool
+    error: str | None = None
+
+
+class RunExecution:
+    """Runs the steps of ``run_id`` that have not succeeded yet, under ``owner``'s lease."""
+
+    def __init__(self, wf: Workflow, store: Store, run_id: str, owner: str, *,
+                 trigger: TriggerData, previous_run_id: str | None, lease_seconds: float,
+                 outputs: dict[str, str] | None = None, tries: Mapping[str, int] | None = None,
+                 executors: Mapping[str, Executor] | None = None,
+                 on_event: EventHandler | None = None,
+                 protected_env: frozenset[str] = frozenset()) -> None:
+        self.wf = wf
+        self.store = store
+        self.run_id = run_id
+        self.owner = owner
+        self.trigger = trigger
+        self.previous_run_id = previous_run_id
+        self.lease_seconds = lease_seconds
+        self.outputs: dict[str, str] = dict(outputs or {})
+        self.prior_tries = dict(tries or {})
+        self.executors = executors or default_executors()
+        self.on_event = on_event
+        self.ctx = StepContext(workflow_dir=wf.source_dir, protected_env=protected_env)
+        self._previous: dict[str, str] | None = None
+        self.kinds = {s.name: s.kind for s in wf.spec.steps}
+        self._cancel = asyncio.Event()
+        self._cancel_reason = "cancelled"
+
+    # --- placeholders ---
+
+    def _lookup(self, ref: Ref) -> str:
+        if ref.kind == "step":
+            return self.outputs[ref.name]
+        if ref.kind == "previous":
+            assert self._previous is not None
+            return self._previous.get(ref.name, "")
+        t = self.trigger
+        if ref.name == "event":
+            return t.event
+        if ref.name == "body":
+            return t.body
+        if ref.name == "path":
+            if t.path is None:
+                raise PlaceholderError(f"{ref.text}: this run's trigger ({t.event}) has no path")
+            return t.path
+        header = ref.name[len("headers."):]
+        if header not in t.headers:
+            raise PlaceholderError(f"{ref.text}: this run's trigger has no header {header!r}")
+        return t.headers[header]
+
+    def _resolve(self, text: str, shell_quote: bool) -> str:
+        return render(text, self._lookup, shell_quote=shell_quote)
+
+    async def _load_previous(self) -> None:
+        if self._previous is None:
+            self._previous = ({} if self.previous_run_id is None
+                              else await self.store.step_outputs(self.previous_run_id))
+
+    # --- the run ---
+
+    async def execute(self) -> RunStatus:
+        """Run to the end; return the final status (the store has it too)."""
+        specs = {s.name: s for s in self.wf.spec.steps}
+        if any(s.previous_refs for s in specs.values()):
+            await self._load_previous()
+        waiting: dict[str, set[str]] = {}
+        dependants: dict[str, list[str]] = {name: [] for name in specs}
+        for spec in specs.values():
+            if spec.name in self.outputs:
+                continue
+            waiting[spec.name] = {u for u in spec.upstream if u not in self.outputs}
+            for up in spec.upstream:
+                dependants[up].append(spec.name)
+        ready = [n for n, deps in waiting.items() if not deps]
+        running: dict[asyncio.Task[_Outcome], str] = {}
+        failure: _Outcome | None = None
+        monitor = asyncio.create_task(self._monitor())
+        cancel_wait = asyncio.create_task(self._cancel.wait())
+        try:
+            while True:
+                for name in ready:
+                    del waiting[name]
+                    running[asyncio.create_task(self._run_step(specs[name]))] = name
+                ready = []
+                if not running:
+                    break
+                done, _ = await asyncio.wait([*running, cancel_wait],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if cancel_wait in done:
+                    break
+                for task in done:
+                    running.pop(task)  # type: ignore[call-overload]
+                    outcome = task.result()
+                    if not outcome.ok:
+                        failure = failure or outcome
+                        continue
+                    for child in dependants[outcome.name]:
+                        deps = waiting.get(child)
+                        if deps is not None:
+                            deps.discard(outcome.name)
+                            if not deps:
+                                ready.append(child)
+                if failure is not None:
+                    break
+        except BaseException:
+            # The executing task itself was cancelled (Ctrl-C, shutdown): stop and record.
+            self._cancel_reason = "interrupted"
+            await asyncio.shield(self._stop(running, list(waiting), None))
+            raise
+        finally:
+            monitor.cancel()
+            cancel_wait.cancel()
+        return await self._stop(running, list(waiting), failure)
+
+    async def _stop(self, running: dict[asyncio.Task[_Outcome], str], pending: list[str],
+                    failure: _Outcome | None) -> RunStatus:
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        stopped = list(running.values())
+        not_started = [n for n in pending if n not in stopped]
+        if failure is not None:
+            reason = f"step {failure.name!r} failed: {failure.error}"
+            await self.store.steps_ended(self.run_id, stopped, StepStatus.CANCELLED,
+                                         error=f"cancelled because {reason}")
+            await self.store.steps_ended(self.run_id, not_started, StepStatus.SKIPPED)
+            await self.store.finish_run(self.run_id, RunStatus.FAILED, reason)
+            self._emit_all(stopped, "cancelled")
+            self._emit_all(not_started, "skipped")
+            return RunStatus.FAILED
+        if stopped or not_started:
+            await self.store.steps_ended(self.run_id, stopped + not_started, StepStatus.CANCELLED,
+                                         error=self._cancel_reason)
+            await self.store.finish_run(self.run_id, RunStatus.CANCELLED, self._cancel_reason)
+            self._emit_all(stopped + not_started, "cancelled")
+            return RunStatus.CANCELLED
+        await self.store.finish_run(self.run_id, RunStatus.SUCCEEDED)
+        return RunStatus.SUCCEEDED
+
+    async def _monitor(self) -> None:
+        """Renew the lease now and then; notice cancel requests within a second."""
+        renew_every = max(self.lease_seconds / 3, POLL_SECONDS)
+        last_renew = time.monotonic()
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            renew = time.monotonic() - last_renew >= renew_every
+            try:
+                ours, cancel = await self.store.heartbeat(
+                    self.run_id, self.owner, self.lease_seconds if renew else None)
+            except Exception:  # a busy database: try again at the next tick
+                continue
+            if renew:
+                last_renew = time.monotonic()
+            if cancel or not ours:
+                self._cancel_reason = "cancelled" if cancel else "lease lost to another executor"
+                self._cancel.set()
+                return
+
+    # --- one step ---
+
+    def _emit(self, event: StepEvent) -> None:
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(event)
+
+    def _emit_all(self, names: list[str], status: str) -> None:
+        for name in names:
+            self._emit(StepEvent(self.run_id, name, self.kinds[name], status))
+
+    async def _run_step(self, spec: StepSpec) -> _Outcome:
+        executor = self.executors.get(spec.kind)
+        tries = self.prior_tries.get(spec.name, 0)
+        started = utcnow()
+        t0 = time.perf_counter()
+        prepared: PreparedStep | None = None
+        try:
+            if executor is None:
+                raise StepFailed(f"no executor for {spec.kind!r} steps in this process",
+                                 retryable=False)
+            prepared = executor.prepare(spec, self._resolve)
+        except (StepFailed, PlaceholderError) as exc:
+            msg = exc.message if isinstance(exc, StepFailed) else str(exc)
+            await self.store.step_finished(self.run_id, spec.name, status=StepStatus.FAILED,
+                                           tries=tries, ended_at=utcnow(), error=msg)
+            self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries, msg))
+            return _Outcome(spec.name, False, msg)
+        await self.store.step_running(self.run_id, spec.name, inputs=prepared.inputs,
+                                      tries=tries + 1, started_at=started)
+        self._emit(StepEvent(self.run_id, spec.name, spec.kind, "running", tries + 1))
+        attempt = 0
+        while True:
+            attempt += 1
+            tries += 1
+            error, stderr, retryable = await self._attempt(executor, spec, prepared)
+            if isinstance(error, StepOutput):
+                output = _scrub(error.output, prepared.secrets)
+                await self.store.step_finished(
+                    self.run_id, spec.name, status=StepStatus.SUCCEEDED, tries=tries,
+                    ended_at=utcnow(), output=output,
+                    stderr=_scrub(error.stderr, prepared.secrets))
+                self.outputs[spec.name] = output
+                self._emit(StepEvent(self.run_id, spec.name, spec.kind, "succeeded", tries,
+                                     seconds=time.perf_counter() - t0))
+                return _Outcome(spec.name, True)
+            message = _scrub(error, prepared.secrets) or "failed"
+            if retryable and attempt <= spec.retries:
+                self._emit(StepEvent(self.run_id, spec.name, spec.kind, "retrying", tries, message))
+                await asyncio.sleep(spec.retry_delay_seconds * 2 ** (attempt - 1))
+                continue
+            await self.store.step_finished(
+                self.run_id, spec.name, status=StepStatus.FAILED, tries=tries, ended_at=utcnow(),
+                error=message, stderr=_scrub(stderr, prepared.secrets))
+            self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries, message,
+                                 seconds=time.perf_counter() - t0))
+            return _Outcome(spec.name, False, message)
+
+    async def _attempt(self, executor: Executor, spec: StepSpec,
+                       prepared: PreparedStep) -> tuple[Any, str | None, bool]:
+        """One try: (StepOutput, None, _) on success, else (error text, stderr, retryable)."""
+        timeout = asyncio.timeout(spec.timeout_seconds)
+        try:
+            async with timeout:
+                result = await executor.execute(spec, prepared, self.ctx)
+        except StepFailed as exc:
+            return exc.message, exc.stderr, exc.retryable
+        except TimeoutError:
+            if timeout.expired():
+                return f"timed out after {spec.timeout_seconds:g}s", None, True
+            return "TimeoutError raised by the step", None, True
+        except PlaceholderError as exc:
+            return str(exc), None, False
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}", None, True
+        size = len(result.output.encode("utf-8", errors="replace"))
+        if size > spec.max_output_bytes:
+            return (f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
+                    result.stderr, False)
+        return result, None, True
+
+
+def _scrub(text: str | None, secrets: list[str]) -> str | None:
+    """Replace secret values that a step echoed with ``***``."""
+    if not text or not secrets:
+        return text
+    for value in secrets:
+        if value:
+            text = text.replace(value, "***")
+    return text

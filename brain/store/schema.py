@@ -1,0 +1,63 @@
+"""Schema versions: check the database is current; upgrade it with Alembic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from brain._errors import StoreError
+from brain.store.tables import SCHEMA_REVISION
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _current(conn: Connection) -> str | None:
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the database is at, or ``None`` for an empty database."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(_current)
+
+
+def _upgrade(conn: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, "head")
+
+
+async def upgrade(engine: AsyncEngine) -> tuple[str | None, str]:
+    """Upgrade the schema to the newest revision; return (before, after)."""
+    before = await current_revision(engine)
+    if before != SCHEMA_REVISION:
+        async with engine.begin() as conn:
+            await conn.run_sync(_upgrade)
+    return before, await current_revision(engine) or ""
+
+
+async def ensure_current(engine: AsyncEngine, *, auto_upgrade: bool, shown_url: str) -> None:
+    """Make sure the schema is current: upgrade it (SQLite) or refuse to go on (PostgreSQL)."""
+    revision = await current_revision(engine)
+    if revision == SCHEMA_REVISION:
+        return
+    if auto_upgrade:
+        try:
+            await upgrade(engine)
+        except Exception:
+            # Another process may have created the schema at the same moment.
+            if await current_revision(engine) != SCHEMA_REVISION:
+                raise
+        return
+    raise StoreError(
+        f"the database at {shown_url} has schema revision {revision or 'none'}, this version of "
+        f"The Brain needs {SCHEMA_REVISION}: run `brain db upgrade` first")

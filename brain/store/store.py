@@ -1,0 +1,397 @@
+"""``Store``: every read and write of runs and steps, for SQLite and PostgreSQL alike.
+
+The runner, the CLI and (later) the server all go through these methods; no
+other module writes SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from brain._errors import RunNotFound, StoreError
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
+from brain.store import schema
+from brain.store.tables import metadata, runs, steps
+
+DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
+_FINISHED = [s.value for s in FINISHED_RUN]
+
+
+def default_url() -> str:
+    """``BRAIN_DATABASE_URL``, read now, or the SQLite default ``brain.db``."""
+    return os.environ.get("BRAIN_DATABASE_URL") or DEFAULT_URL
+
+
+def utcnow() -> datetime:
+    """The current time in UTC (timezone-aware)."""
+    return datetime.now(timezone.utc)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password shown as ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable database URL>"
+
+
+class Store:
+    """Where runs are recorded. ``Store()`` uses ``BRAIN_DATABASE_URL``.
+
+    >>> async with Store("sqlite+aiosqlite:///runs.db") as store:   # doctest: +SKIP
+    ...     print(await store.list_runs(limit=5))
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_url()
+        self._engine: AsyncEngine | None = None
+
+    @classmethod
+    def memory(cls) -> Store:
+        """A fresh private in-memory SQLite store (for tests)."""
+        return cls("sqlite+aiosqlite://")
+
+    def __repr__(self) -> str:
+        return f"Store({self.shown_url!r})"
+
+    @property
+    def shown_url(self) -> str:
+        """The URL with any password redacted: safe to print."""
+        return redact_url(self.url)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` has run (and :meth:`close` not yet)."""
+        return self._engine is not None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine; the store must be open."""
+        if self._engine is None:
+            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
+        return self._engine
+
+    async def open(self, *, check_schema: bool = True) -> Store:
+        """Connect, apply SQLite settings, and make sure the schema is current."""
+        if self._engine is not None:
+            return self
+        try:
+            url = make_url(self.url)
+        except ArgumentError:
+            raise StoreError(f"BRAIN_DATABASE_URL is not a database URL: {self.shown_url}") from None
+        kwargs: dict[str, Any] = {}
+        memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+        if memory:
+            from sqlalchemy.pool import StaticPool
+
+            kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        try:
+            engine = create_async_engine(url, **kwargs)
+        except (ArgumentError, ImportError) as exc:
+            raise StoreError(f"cannot use database {self.shown_url}: {exc}") from None
+        if url.get_backend_name() == "sqlite":
+            _sqlite_settings(engine, memory=memory)
+        try:
+            if memory:
+                async with engine.begin() as conn:
+                    await conn.run_sync(metadata.create_all)
+            elif check_schema:
+                await schema.ensure_current(engine, auto_upgrade=url.get_backend_name() == "sqlite",
+                                            shown_url=self.shown_url)
+        except StoreError:
+            await engine.dispose()
+            raise
+        except (SQLAlchemyError, OSError) as exc:
+            await engine.dispose()
+            raise StoreError(f"cannot open database {self.shown_url}: "
+                             f"{_short(exc)}") from None
+        self._engine = engine
+        return self
+
+    async def close(self) -> None:
+        """Release connections."""
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    async def __aenter__(self) -> Store:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- writing runs -------------------------------------------------------
+
+    async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
+                         trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
+                         owner: str | None = None, lease_seconds: float = 30,
+                         previous_run_id: str | None = None) -> datetime:
+        """Insert a run and its pending steps (``(name, kind)`` in call order) in one commit.
+
+        With ``owner`` the run starts ``running`` under that owner's lease,
+        else it is ``queued``. Returns the creation time.
+        """
+        now = utcnow()
+        row: dict[str, Any] = dict(
+            id=run_id, workflow=workflow, definition_hash=definition_hash,
+            status=RunStatus.QUEUED.value, trigger_event=trigger.event, trigger_body=trigger.body,
+            trigger_path=trigger.path, trigger_headers=json.dumps(trigger.headers),
+            created_at=now, cancel_requested=False, previous_run_id=previous_run_id)
+        if owner is not None:
+            row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
+                       lease_expires_at=now + timedelta(seconds=lease_seconds))
+        step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
+                            status=StepStatus.PENDING.value, tries=0)
+                       for i, (name, kind) in enumerate(step_rows)]
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(runs), row)
+            if step_values:
+                await conn.execute(insert(steps), step_values)
+        return now
+
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        """Take a queued run, or a running one whose lease expired; ``True`` if taken."""
+        now = utcnow()
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id)
+                .where(or_(runs.c.status == RunStatus.QUEUED.value,
+                           and_(runs.c.status == RunStatus.RUNNING.value,
+                                or_(runs.c.lease_expires_at.is_(None),
+                                    runs.c.lease_expires_at < now))))
+                .values(status=RunStatus.RUNNING.value, lease_owner=owner,
+                        lease_expires_at=now + timedelta(seconds=lease_seconds),
+                        started_at=func.coalesce(runs.c.started_at, now)))
+        return bool(result.rowcount)
+
+    async def set_previous_run(self, run_id: str, previous_run_id: str | None) -> None:
+        """Record which run ``{previous.X}`` reads from."""
+        async with self.engine.begin() as conn:
+            await conn.execute(update(runs).where(runs.c.id == run_id)
+                               .values(previous_run_id=previous_run_id))
+
+    async def heartbeat(self, run_id: str, owner: str, lease_seconds: float | None) -> tuple[bool, bool]:
+        """Renew the lease (when ``lease_seconds``); return (still ours, cancel requested)."""
+        async with self.engine.begin() as conn:
+            if lease_seconds is not None:
+                await conn.execute(
+                    update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner)
+                    .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)))
+            row = (await conn.execute(select(runs.c.lease_owner, runs.c.cancel_requested)
+                                      .where(runs.c.id == run_id))).first()
+        if row is None:
+            return False, True
+        return row.lease_owner == owner, bool(row.cancel_requested)
+
+    async def step_running(self, run_id: str, name: str, *, inputs: dict[str, Any],
+                           tries: int, started_at: datetime) -> None:
+        """Mark a step ``running`` with its resolved (redacted) inputs."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
+                .values(status=StepStatus.RUNNING.value, inputs=json.dumps(inputs),
+                        tries=tries, started_at=started_at, ended_at=None, error=None))
+
+    async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
+                            ended_at: datetime, output: str | None = None,
+                            error: str | None = None, stderr: str | None = None,
+                            inputs: dict[str, Any] | None = None) -> None:
+        """Record a step's end; committed before this returns."""
+        values: dict[str, Any] = dict(status=status.value, tries=tries, ended_at=ended_at,
+                                      output=output, error=error, stderr=stderr)
+        if inputs is not None:
+            values["inputs"] = json.dumps(inputs)
+        async with self.engine.begin() as conn:
+            await conn.execute(update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
+                               .values(**values))
+
+    async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
+                          error: str | None = None) -> None:
+        """Mark several steps ``skipped`` or ``cancelled`` at once."""
+        names = list(names)
+        if not names:
+            return
+        now = utcnow()
+        async with self.engine.begin() as conn:
+            await conn.execute(update(steps).where(steps.c.run_id == run_id,
+                                                   steps.c.name.in_(names))
+                               .values(status=status.value, ended_at=now, error=error))
+
+    async def reset_steps(self, run_id: str, names: Iterable[str]) -> None:
+        """Put unfinished steps back to ``pending`` before a resume."""
+        names = list(names)
+        if not names:
+            return
+        async with self.engine.begin() as conn:
+            await conn.execute(update(steps).where(steps.c.run_id == run_id,
+                                                   steps.c.name.in_(names))
+                               .values(status=StepStatus.PENDING.value, ended_at=None,
+                                       output=None, error=None))
+
+    async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None) -> datetime:
+        """Record the run's end and release its lease."""
+        now = utcnow()
+        async with self.engine.begin() as conn:
+            await conn.execute(update(runs).where(runs.c.id == run_id)
+                               .values(status=status.value, error=error, ended_at=now,
+                                       lease_owner=None, lease_expires_at=None))
+        return now
+
+    async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
+        """Ask for a run to stop; a queued run is cancelled at once.
+
+        Returns the run and whether it was still queued or running.
+        """
+        run = await self.get_run(run_id, with_steps=False)
+        if run.status in FINISHED_RUN:
+            return run, False
+        now = utcnow()
+        async with self.engine.begin() as conn:
+            await conn.execute(update(runs).where(runs.c.id == run.run_id)
+                               .values(cancel_requested=True))
+            await conn.execute(
+                update(runs).where(runs.c.id == run.run_id,
+                                   runs.c.status == RunStatus.QUEUED.value)
+                .values(status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now))
+            await conn.execute(
+                update(steps).where(steps.c.run_id == run.run_id,
+                                    steps.c.status == StepStatus.PENDING.value,
+                                    select(runs.c.status).where(runs.c.id == run.run_id)
+                                    .scalar_subquery() == RunStatus.CANCELLED.value)
+                .values(status=StepStatus.CANCELLED.value, ended_at=now))
+        return await self.get_run(run.run_id, with_steps=False), True
+
+    async def prune(self, finished_before: datetime) -> int:
+        """Delete finished runs that ended before ``finished_before``; return how many."""
+        async with self.engine.begin() as conn:
+            ids = select(runs.c.id).where(runs.c.status.in_(_FINISHED),
+                                          runs.c.ended_at < finished_before)
+            await conn.execute(delete(steps).where(steps.c.run_id.in_(ids)))
+            result = await conn.execute(delete(runs).where(runs.c.status.in_(_FINISHED),
+                                                           runs.c.ended_at < finished_before))
+        return int(result.rowcount or 0)
+
+    # --- reading ------------------------------------------------------------
+
+    async def resolve_id(self, run_id: str) -> str:
+        """The full id of the one run whose id is or starts with ``run_id``."""
+        if not run_id or not all(c in "0123456789abcdef" for c in run_id.lower()):
+            raise RunNotFound(f"no run {run_id!r}: run ids are hexadecimal")
+        async with self.engine.connect() as conn:
+            found = (await conn.execute(select(runs.c.id).where(runs.c.id.startswith(run_id.lower()))
+                                        .limit(2))).scalars().all()
+        if not found:
+            raise RunNotFound(f"no run {run_id!r}")
+        if len(found) > 1:
+            raise RunNotFound(f"run id prefix {run_id!r} is ambiguous: give more characters")
+        return found[0]
+
+    async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult:
+        """One run by id or unique prefix, with its steps in call order."""
+        full = await self.resolve_id(run_id)
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(runs).where(runs.c.id == full))).first()
+            step_rows = []
+            if with_steps:
+                step_rows = list((await conn.execute(
+                    select(steps).where(steps.c.run_id == full).order_by(steps.c.position))).all())
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        return _run_result(row, step_rows)
+
+    async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
+                        limit: int = 20) -> list[RunResult]:
+        """The newest runs first, without their steps."""
+        query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+        if workflow:
+            query = query.where(runs.c.workflow == workflow)
+        if status:
+            query = query.where(runs.c.status == status)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_run_result(r, []) for r in rows]
+
+    async def run_row(self, run_id: str) -> Row[Any] | None:
+        """The raw run row (for the runner: lease, hash, previous run)."""
+        async with self.engine.connect() as conn:
+            return (await conn.execute(select(runs).where(runs.c.id == run_id))).first()
+
+    async def latest_succeeded_run(self, workflow: str, before: datetime) -> str | None:
+        """The id of ``workflow``'s latest succeeded run that ended before ``before``."""
+        async with self.engine.connect() as conn:
+            return (await conn.execute(
+                select(runs.c.id).where(runs.c.workflow == workflow,
+                                        runs.c.status == RunStatus.SUCCEEDED.value,
+                                        runs.c.ended_at <= before)
+                .order_by(runs.c.ended_at.desc()).limit(1))).scalar()
+
+    async def step_outputs(self, run_id: str, *, succeeded_only: bool = True) -> dict[str, str]:
+        """``{step name: output}`` of a run's (succeeded) steps."""
+        query = select(steps.c.name, steps.c.output).where(steps.c.run_id == run_id)
+        if succeeded_only:
+            query = query.where(steps.c.status == StepStatus.SUCCEEDED.value)
+        async with self.engine.connect() as conn:
+            return {r.name: r.output or "" for r in (await conn.execute(query)).all()}
+
+    async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]:
+        """``{step name: (status, tries)}`` for a run."""
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(steps.c.name, steps.c.status, steps.c.tries)
+                                       .where(steps.c.run_id == run_id))).all()
+        return {r.name: (r.status, r.tries) for r in rows}
+
+    async def expired_runs(self) -> list[str]:
+        """Ids of ``running`` runs whose lease has expired (their executor died)."""
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(
+                select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
+                                        runs.c.lease_expires_at < utcnow()))).scalars().all())
+
+
+def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
+    trigger = TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
+                          headers=json.loads(row.trigger_headers or "{}"))
+    step_results = {
+        s.name: StepResult(name=s.name, kind=s.kind, status=StepStatus(s.status),
+                           inputs=json.loads(s.inputs) if s.inputs else {}, output=s.output,
+                           error=s.error, tries=s.tries, stderr=s.stderr,
+                           started_at=s.started_at, ended_at=s.ended_at)
+        for s in step_rows}
+    return RunResult(run_id=row.id, workflow=row.workflow, status=RunStatus(row.status),
+                     error=row.error, trigger=trigger, created_at=row.created_at,
+                     started_at=row.started_at, ended_at=row.ended_at,
+                     previous_run_id=row.previous_run_id, steps=step_results)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _sqlite_settings(engine: AsyncEngine, *, memory: bool) -> None:
+    """WAL, synchronous=NORMAL (FULL with BRAIN_SQLITE_SYNCHRONOUS), a busy timeout."""
+    from sqlalchemy import event
+
+    sync_mode = os.environ.get("BRAIN_SQLITE_SYNCHRONOUS", "NORMAL").upper()
+    if sync_mode not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise StoreError(f"BRAIN_SQLITE_SYNCHRONOUS must be NORMAL or FULL, not {sync_mode!r}")
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={sync_mode}")
+        cur.execute("PRAGMA busy_timeout=10000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()

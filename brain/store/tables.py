@@ -1,0 +1,78 @@
+"""The database tables (SQLAlchemy Core). Alembic migrations in ``migrations/`` create them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (Boolean, Column, DateTime, ForeignKey, Index, Integer, MetaData, String,
+                        Table, Text)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+#: The Alembic revision this code expects; a test checks it is the migrations' head.
+SCHEMA_REVISION = "0001"
+
+metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored in UTC and always read back timezone-aware."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)  # type: ignore[no-any-return]
+        return value.astimezone(timezone.utc)  # type: ignore[no-any-return]
+
+
+runs = Table(
+    "brain_runs", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("workflow", String(200), nullable=False),
+    Column("definition_hash", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("trigger_event", String(16), nullable=False),
+    Column("trigger_body", Text, nullable=False),
+    Column("trigger_path", Text),
+    Column("trigger_headers", Text, nullable=False),
+    Column("error", Text),
+    Column("previous_run_id", String(32)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime),
+    Column("ended_at", UTCDateTime),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("lease_owner", String(200)),
+    Column("lease_expires_at", UTCDateTime),
+    Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
+    Index("ix_brain_runs_status", "status"),
+    Index("ix_brain_runs_created", "created_at"),
+)
+
+steps = Table(
+    "brain_steps", metadata,
+    Column("run_id", String(32), ForeignKey("brain_runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(200), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("tries", Integer, nullable=False, default=0),
+    Column("inputs", Text),
+    Column("output", Text),
+    Column("error", Text),
+    Column("stderr", Text),
+    Column("started_at", UTCDateTime),
+    Column("ended_at", UTCDateTime),
+)
