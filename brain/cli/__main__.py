@@ -1,0 +1,5 @@
+"""``python -m brain.cli``."""
+
+from brain.cli import main
+
+main()

@@ -1,0 +1,64 @@
+"""Shared fixtures: every test gets its own SQLite file; nothing touches ./brain.db."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("BRAIN_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A private database per test, and none of the caller's Brain settings."""
+    for key in list(os.environ):
+        if key.startswith(("BRAIN_", "THE_BRAIN_", "LLM_")):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("BRAIN_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}")
+    yield
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """The SQLite URL this test's ``BRAIN_DATABASE_URL`` points at."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}"
+
+
+@pytest.fixture
+def brain_cmd() -> list[str]:
+    """The argv prefix that runs the real ``brain`` command in a subprocess."""
+    exe = shutil.which("brain", path=os.path.dirname(sys.executable))
+    return [exe] if exe else [sys.executable, "-m", "brain.cli"]
+
+
+def _pg_available() -> bool:
+    async def probe() -> bool:
+        try:
+            import asyncpg
+        except ImportError:
+            return False
+        try:
+            conn = await asyncpg.connect(PG_URL.replace("postgresql+asyncpg", "postgresql"), timeout=3)
+        except Exception:
+            return False
+        await conn.close()
+        return True
+
+    return asyncio.run(probe())
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """A PostgreSQL URL (CI starts the server); skipped locally when none runs, failed in CI."""
+    if not _pg_available():
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is not reachable at {PG_URL} (CI must start it)")
+        pytest.skip("no PostgreSQL server reachable")
+    return PG_URL
