@@ -7,11 +7,31 @@
 ...     shell("greet", argv=["echo", f"hello {who}"])
 """
 
-from brain._errors import (BrainError, PlaceholderError, RunNotFound, StepFailed, StoreError,
-                           WorkflowDefinitionError, WorkflowLoadError)
+from brain._errors import (
+                           BrainError,
+                           PlaceholderError,
+                           RunNotFound,
+                           StepFailed,
+                           StoreError,
+                           WorkflowDefinitionError,
+                           WorkflowLoadError,
+)
 from brain._version import __version__
-from brain.dsl import (StepNode, Workflow, WorkflowGraph, cron, every, parallel, secret, shell,
-                       step, trigger, watch, webhook, workflow)
+from brain.dsl import (
+                           StepNode,
+                           Workflow,
+                           WorkflowGraph,
+                           cron,
+                           every,
+                           parallel,
+                           secret,
+                           shell,
+                           step,
+                           trigger,
+                           watch,
+                           webhook,
+                           workflow,
+)
 from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData
 
 __all__ = [

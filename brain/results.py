@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     """``queued → running → succeeded | failed | cancelled``."""
 
     QUEUED = "queued"
@@ -20,11 +20,8 @@ class RunStatus(str, Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class StepStatus(str, Enum):
+class StepStatus(StrEnum):
     """``pending → running → succeeded | failed | skipped | cancelled``."""
 
     PENDING = "pending"
@@ -33,9 +30,6 @@ class StepStatus(str, Enum):
     FAILED = "failed"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 FINISHED_RUN = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)

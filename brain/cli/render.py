@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
 
-_MARK = {"succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[dim]–[/]",
+_MARK = {"succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[dim]-[/]",
          "cancelled": "[yellow]■[/]", "running": "[cyan]▶[/]", "retrying": "[yellow]↻[/]",
          "queued": "[dim]…[/]", "pending": "[dim]·[/]"}
 _STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
@@ -104,8 +104,9 @@ def run_detail(r: RunResult) -> None:
     """``brain show``."""
     out.print(f"[bold]run {r.run_id}[/]  {escape(r.workflow)}  "
               f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]")
-    out.print(f"trigger: {r.trigger.event}" + (f"  body: {_preview(r.trigger.body)}" if r.trigger.body else "")
-              + (f"  path: {escape(r.trigger.path)}" if r.trigger.path else ""))
+    body = f"  body: {_preview(r.trigger.body)}" if r.trigger.body else ""
+    path = f"  path: {escape(r.trigger.path)}" if r.trigger.path else ""
+    out.print(f"trigger: {r.trigger.event}{body}{path}")
     out.print(f"created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}")
     if r.error:
         out.print(f"[red]error:[/] {escape(r.error)}")

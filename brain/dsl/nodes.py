@@ -69,6 +69,9 @@ class StepNode(_Lazy):
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_workflow", workflow)
 
+    _name: str
+    _workflow: str
+
     def _placeholder(self) -> str:
         return "{" + self._name + "}"
 
@@ -99,6 +102,8 @@ class TriggerField(_Lazy):
     """One field of the run's trigger: ``{trigger.body}``, ``{trigger.headers.x}``..."""
 
     __slots__ = ("_field",)
+
+    _field: str
 
     def __init__(self, field: str) -> None:
         object.__setattr__(self, "_field", field)

@@ -43,7 +43,7 @@ def _call(options: dict[str, Any], wrapped: Callable[..., Any], instance: Any,
     return tracer.add(spec)
 
 
-class StepFunction(wrapt.FunctionWrapper):  # type: ignore[misc]
+class StepFunction(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
     """A ``@step`` function: the plain function outside a workflow, a step inside one."""
 
     def __init__(self, wrapped: Callable[..., Any], options: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from brain import placeholders
 from brain._errors import WorkflowDefinitionError
-from brain.dsl.model import SecretRef, StepSpec
+from brain.dsl.model import AnyStepSpec, SecretRef
 from brain.dsl.nodes import StepNode, _Lazy
 
 _current: ContextVar[Tracer | None] = ContextVar("brain_tracer", default=None)
@@ -26,7 +26,7 @@ class Tracer:
 
     def __init__(self, workflow: str) -> None:
         self.workflow = workflow
-        self.steps: list[StepSpec] = []
+        self.steps: list[AnyStepSpec] = []
         self.positions: dict[str, int] = {}
         self.frontier: tuple[str, ...] = ()
         self.in_parallel = False
@@ -132,7 +132,7 @@ class Tracer:
         """What a new step waits for by call order."""
         return self.block_base if self.in_parallel else self.frontier
 
-    def add(self, spec: StepSpec) -> StepNode:
+    def add(self, spec: AnyStepSpec) -> StepNode:
         """Record a finished spec and return its node."""
         if spec.name in self.positions:
             raise self.error(spec.name, "duplicate step name: each step needs its own name")

@@ -11,12 +11,20 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Sequence
 from typing import Any
 
 from brain._errors import StepFailed
 from brain.dsl.model import SecretRef, ShellStepSpec
-from brain.executors.base import (REDACTED, PreparedStep, Resolve, StepContext, StepOutput,
-                                  read_secret, tail_text)
+from brain.executors.base import (
+    REDACTED,
+    PreparedStep,
+    Resolve,
+    StepContext,
+    StepOutput,
+    read_secret,
+    tail_text,
+)
 
 KILL_GRACE_SECONDS = 2.0
 _SECRET_PREFIXES = ("BRAIN_", "THE_BRAIN_")
@@ -72,7 +80,7 @@ class ShellExecutor:
         payload = prepared.payload
         argv = ["/bin/sh", "-c", payload["command"]] if "command" in payload else payload["argv"]
         cwd = ctx.workflow_dir if spec.cwd is None else os.path.join(ctx.workflow_dir, spec.cwd)
-        if not os.path.isdir(cwd):
+        if not os.path.isdir(cwd):  # noqa: ASYNC240 - one stat, not worth a thread
             raise StepFailed(f"working folder {cwd} does not exist", retryable=False)
         stdin_data = payload.get("stdin")
         try:
@@ -94,7 +102,8 @@ class ShellExecutor:
             if stdin_data is not None:
                 await _feed(proc, stdin_data.encode("utf-8", errors="surrogateescape"))
             waiter = asyncio.ensure_future(proc.wait())
-            done, _ = await asyncio.wait([waiter, stdout.overflow], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([waiter, stdout.overflow],  # type: ignore[type-var]
+                                         return_when=asyncio.FIRST_COMPLETED)
             if waiter not in done:  # too much output: stop it now
                 waiter.cancel()
                 _signal_group(proc.pid, signal.SIGKILL)
@@ -193,12 +202,12 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-async def _end_group(pgid: int, readers: list[asyncio.Future[None]]) -> None:
+async def _end_group(pgid: int, readers: Sequence[asyncio.Future[None]]) -> None:
     """After the shell exited: kill what it left behind, then drain its pipes."""
     if _signal_group(pgid, signal.SIGTERM):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + KILL_GRACE_SECONDS
-        while _group_alive(pgid) and loop.time() < deadline:
+        while _group_alive(pgid) and loop.time() < deadline:  # noqa: ASYNC110 - polls /proc
             await asyncio.sleep(0.02)
         if _group_alive(pgid):
             _signal_group(pgid, signal.SIGKILL)
@@ -208,7 +217,7 @@ async def _end_group(pgid: int, readers: list[asyncio.Future[None]]) -> None:
         task.cancel()
 
 
-async def _reap(proc: asyncio.subprocess.Process, readers: list[asyncio.Future[None]]) -> None:
+async def _reap(proc: asyncio.subprocess.Process, readers: Sequence[asyncio.Future[None]]) -> None:
     """On timeout or cancel: the group got SIGTERM; SIGKILL it if it lingers, then reap."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + KILL_GRACE_SECONDS

@@ -7,7 +7,7 @@ import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from brain._errors import PlaceholderError, StepFailed
 from brain.dsl.model import StepSpec
@@ -121,8 +121,9 @@ class RunExecution:
                 if cancel_wait in done:
                     break
                 for task in done:
-                    running.pop(task)  # type: ignore[call-overload]
+                    running.pop(task)  # type: ignore[arg-type]
                     outcome = task.result()
+                    assert isinstance(outcome, _Outcome)
                     if not outcome.ok:
                         failure = failure or outcome
                         continue
@@ -224,51 +225,51 @@ class RunExecution:
         while True:
             attempt += 1
             tries += 1
-            error, stderr, retryable = await self._attempt(executor, spec, prepared)
-            if isinstance(error, StepOutput):
-                output = _scrub(error.output, prepared.secrets)
+            result = await self._attempt(executor, spec, prepared)
+            if isinstance(result, StepOutput):
+                output = _scrub(result.output, prepared.secrets) or ""
                 await self.store.step_finished(
                     self.run_id, spec.name, status=StepStatus.SUCCEEDED, tries=tries,
                     ended_at=utcnow(), output=output,
-                    stderr=_scrub(error.stderr, prepared.secrets))
+                    stderr=_scrub(result.stderr, prepared.secrets))
                 self.outputs[spec.name] = output
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "succeeded", tries,
                                      seconds=time.perf_counter() - t0))
                 return _Outcome(spec.name, True)
-            message = _scrub(error, prepared.secrets) or "failed"
-            if retryable and attempt <= spec.retries:
+            message = _scrub(result.message, prepared.secrets) or "failed"
+            if result.retryable and attempt <= spec.retries:
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "retrying", tries, message))
                 await asyncio.sleep(spec.retry_delay_seconds * 2 ** (attempt - 1))
                 continue
             await self.store.step_finished(
                 self.run_id, spec.name, status=StepStatus.FAILED, tries=tries, ended_at=utcnow(),
-                error=message, stderr=_scrub(stderr, prepared.secrets))
+                error=message, stderr=_scrub(result.stderr, prepared.secrets))
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries, message,
                                  seconds=time.perf_counter() - t0))
             return _Outcome(spec.name, False, message)
 
     async def _attempt(self, executor: Executor, spec: StepSpec,
-                       prepared: PreparedStep) -> tuple[Any, str | None, bool]:
-        """One try: (StepOutput, None, _) on success, else (error text, stderr, retryable)."""
+                       prepared: PreparedStep) -> StepOutput | StepFailed:
+        """One try: the output, or a :class:`StepFailed` saying why and whether to retry."""
         timeout = asyncio.timeout(spec.timeout_seconds)
         try:
             async with timeout:
-                result = await executor.execute(spec, prepared, self.ctx)
+                result: StepOutput = await executor.execute(spec, prepared, self.ctx)
         except StepFailed as exc:
-            return exc.message, exc.stderr, exc.retryable
+            return exc
         except TimeoutError:
             if timeout.expired():
-                return f"timed out after {spec.timeout_seconds:g}s", None, True
-            return "TimeoutError raised by the step", None, True
+                return StepFailed(f"timed out after {spec.timeout_seconds:g}s")
+            return StepFailed("TimeoutError raised by the step")
         except PlaceholderError as exc:
-            return str(exc), None, False
+            return StepFailed(str(exc), retryable=False)
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", None, True
+            return StepFailed(f"{type(exc).__name__}: {exc}")
         size = len(result.output.encode("utf-8", errors="replace"))
         if size > spec.max_output_bytes:
-            return (f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
-                    result.stderr, False)
-        return result, None, True
+            return StepFailed(f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
+                              stderr=result.stderr, retryable=False)
+        return result
 
 
 def _scrub(text: str | None, secrets: list[str]) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, and_, delete, func, insert, or_, select, update
@@ -33,7 +33,7 @@ def default_url() -> str:
 
 def utcnow() -> datetime:
     """The current time in UTC (timezone-aware)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def redact_url(url: str) -> str:
@@ -294,7 +294,7 @@ class Store:
             raise RunNotFound(f"no run {run_id!r}")
         if len(found) > 1:
             raise RunNotFound(f"run id prefix {run_id!r} is ambiguous: give more characters")
-        return found[0]
+        return str(found[0])
 
     async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult:
         """One run by id or unique prefix, with its steps in call order."""
