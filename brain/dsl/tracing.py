@@ -33,6 +33,7 @@ class Tracer:
         self.block_base: tuple[str, ...] = ()
         self.block: list[str] = []
         self.previous: dict[str, list[str]] = {}
+        self.suffixes: dict[str, int] = {}
 
     # --- naming and errors ---
 
@@ -53,9 +54,10 @@ class Tracer:
         """``base``, or ``base-2``, ``base-3``... skipping names already taken."""
         if base not in self.positions:
             return base
-        n = 2
+        n = self.suffixes.get(base, 2)
         while f"{base}-{n}" in self.positions:
             n += 1
+        self.suffixes[base] = n + 1
         return f"{base}-{n}"
 
     # --- templates ---

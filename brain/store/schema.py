@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import inspect, text
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from brain._errors import StoreError
@@ -14,16 +15,14 @@ from brain.store.tables import SCHEMA_REVISION
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def _current(conn: Connection) -> str | None:
-    if not inspect(conn).has_table("alembic_version"):
-        return None
-    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-
-
 async def current_revision(engine: AsyncEngine) -> str | None:
     """The revision the database is at, or ``None`` for an empty database."""
     async with engine.connect() as conn:
-        return await conn.run_sync(_current)
+        try:
+            value = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+        except DBAPIError:  # no such table: a new database
+            return None
+    return None if value is None else str(value)
 
 
 def _upgrade(conn: Connection) -> None:

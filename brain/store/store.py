@@ -6,16 +6,18 @@ other module writes SQL.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Row, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from brain._errors import RunNotFound, StoreError
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
@@ -54,6 +56,9 @@ class Store:
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
         self._engine: AsyncEngine | None = None
+        self._auto: AsyncEngine | None = None
+        self._held: AsyncConnection | None = None
+        self._lock = asyncio.Lock()
 
     @classmethod
     def memory(cls) -> Store:
@@ -96,10 +101,17 @@ class Store:
             kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
         try:
             engine = create_async_engine(url, **kwargs)
+            # Single statements go through an autocommit engine: one round trip to the
+            # driver's thread instead of three (BEGIN/COMMIT/reset), which is most of a
+            # step's cost on SQLite.
+            auto = engine if memory else create_async_engine(
+                url, isolation_level="AUTOCOMMIT", pool_reset_on_return=None, **kwargs)
         except (ArgumentError, ImportError) as exc:
             raise StoreError(f"cannot use database {self.shown_url}: {exc}") from None
         if url.get_backend_name() == "sqlite":
             _sqlite_settings(engine, memory=memory)
+            if auto is not engine:
+                _sqlite_settings(auto, memory=memory)
         try:
             if memory:
                 async with engine.begin() as conn:
@@ -107,27 +119,60 @@ class Store:
             elif check_schema:
                 await schema.ensure_current(engine, auto_upgrade=url.get_backend_name() == "sqlite",
                                             shown_url=self.shown_url)
-        except StoreError:
+        except (StoreError, SQLAlchemyError, OSError) as exc:
             await engine.dispose()
-            raise
-        except (SQLAlchemyError, OSError) as exc:
-            await engine.dispose()
-            raise StoreError(f"cannot open database {self.shown_url}: "
-                             f"{_short(exc)}") from None
-        self._engine = engine
+            await auto.dispose()
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"cannot open database {self.shown_url}: {_short(exc)}") from None
+        self._engine, self._auto = engine, auto
         return self
 
     async def close(self) -> None:
         """Release connections."""
+        if self._held is not None:
+            with contextlib.suppress(Exception):
+                await self._held.close()
+            self._held = None
         if self._engine is not None:
             await self._engine.dispose()
-            self._engine = None
+            if self._auto is not None and self._auto is not self._engine:
+                await self._auto.dispose()
+            self._engine = self._auto = None
 
     async def __aenter__(self) -> Store:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        """The connection single statements share (autocommit), one user at a time.
+
+        Checking a connection out of the pool and resetting it costs more than
+        the statement itself on SQLite, so one is kept open.
+        """
+        if self._auto is None:
+            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
+        async with self._lock:
+            if self._auto is self._engine:  # in-memory: one shared connection, plain transactions
+                async with self._auto.begin() as conn:
+                    yield conn
+                return
+            if self._held is None or self._held.closed or self._held.invalidated:
+                self._held = await self._auto.connect()
+            try:
+                yield self._held
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    self._held = None
+                raise
+
+    async def _one(self, statement: Any, params: dict[str, Any] | None = None) -> Any:
+        """Run one statement atomically on its own: the cheap path."""
+        async with self._connection() as conn:
+            return await conn.execute(statement, params)
 
     # --- writing runs -------------------------------------------------------
 
@@ -161,8 +206,7 @@ class Store:
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
         """Take a queued run, or a running one whose lease expired; ``True`` if taken."""
         now = utcnow()
-        async with self.engine.begin() as conn:
-            result = await conn.execute(
+        result = await self._one(
                 update(runs)
                 .where(runs.c.id == run_id)
                 .where(or_(runs.c.status == RunStatus.QUEUED.value,
@@ -176,19 +220,16 @@ class Store:
 
     async def set_previous_run(self, run_id: str, previous_run_id: str | None) -> None:
         """Record which run ``{previous.X}`` reads from."""
-        async with self.engine.begin() as conn:
-            await conn.execute(update(runs).where(runs.c.id == run_id)
-                               .values(previous_run_id=previous_run_id))
+        await self._one(update(runs).where(runs.c.id == run_id)
+                        .values(previous_run_id=previous_run_id))
 
     async def heartbeat(self, run_id: str, owner: str, lease_seconds: float | None) -> tuple[bool, bool]:
         """Renew the lease (when ``lease_seconds``); return (still ours, cancel requested)."""
-        async with self.engine.begin() as conn:
-            if lease_seconds is not None:
-                await conn.execute(
-                    update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner)
-                    .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)))
-            row = (await conn.execute(select(runs.c.lease_owner, runs.c.cancel_requested)
-                                      .where(runs.c.id == run_id))).first()
+        if lease_seconds is not None:
+            await self._one(update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner)
+                            .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)))
+        row = (await self._one(select(runs.c.lease_owner, runs.c.cancel_requested)
+                               .where(runs.c.id == run_id))).first()
         if row is None:
             return False, True
         return row.lease_owner == owner, bool(row.cancel_requested)
@@ -196,24 +237,23 @@ class Store:
     async def step_running(self, run_id: str, name: str, *, inputs: dict[str, Any],
                            tries: int, started_at: datetime) -> None:
         """Mark a step ``running`` with its resolved (redacted) inputs."""
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
-                .values(status=StepStatus.RUNNING.value, inputs=json.dumps(inputs),
-                        tries=tries, started_at=started_at, ended_at=None, error=None))
+        await self._one(_STEP_RUNNING, dict(
+            b_run=run_id, b_name=name, b_status=StepStatus.RUNNING.value,
+            b_inputs=json.dumps(inputs), b_tries=tries, b_started=started_at))
 
     async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
                             inputs: dict[str, Any] | None = None) -> None:
         """Record a step's end; committed before this returns."""
-        values: dict[str, Any] = dict(status=status.value, tries=tries, ended_at=ended_at,
-                                      output=output, error=error, stderr=stderr)
-        if inputs is not None:
-            values["inputs"] = json.dumps(inputs)
-        async with self.engine.begin() as conn:
-            await conn.execute(update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
-                               .values(**values))
+        if inputs is None:
+            await self._one(_STEP_FINISHED, dict(
+                b_run=run_id, b_name=name, b_status=status.value, b_tries=tries, b_ended=ended_at,
+                b_output=output, b_error=error, b_stderr=stderr))
+            return
+        await self._one(update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
+                        .values(status=status.value, tries=tries, ended_at=ended_at, output=output,
+                                error=error, stderr=stderr, inputs=json.dumps(inputs)))
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None) -> None:
@@ -222,29 +262,24 @@ class Store:
         if not names:
             return
         now = utcnow()
-        async with self.engine.begin() as conn:
-            await conn.execute(update(steps).where(steps.c.run_id == run_id,
-                                                   steps.c.name.in_(names))
-                               .values(status=status.value, ended_at=now, error=error))
+        await self._one(update(steps).where(steps.c.run_id == run_id, steps.c.name.in_(names))
+                        .values(status=status.value, ended_at=now, error=error))
 
     async def reset_steps(self, run_id: str, names: Iterable[str]) -> None:
         """Put unfinished steps back to ``pending`` before a resume."""
         names = list(names)
         if not names:
             return
-        async with self.engine.begin() as conn:
-            await conn.execute(update(steps).where(steps.c.run_id == run_id,
-                                                   steps.c.name.in_(names))
-                               .values(status=StepStatus.PENDING.value, ended_at=None,
-                                       output=None, error=None))
+        await self._one(update(steps).where(steps.c.run_id == run_id, steps.c.name.in_(names))
+                        .values(status=StepStatus.PENDING.value, ended_at=None,
+                                output=None, error=None))
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None) -> datetime:
         """Record the run's end and release its lease."""
         now = utcnow()
-        async with self.engine.begin() as conn:
-            await conn.execute(update(runs).where(runs.c.id == run_id)
-                               .values(status=status.value, error=error, ended_at=now,
-                                       lease_owner=None, lease_expires_at=None))
+        await self._one(update(runs).where(runs.c.id == run_id)
+                        .values(status=status.value, error=error, ended_at=now,
+                                lease_owner=None, lease_expires_at=None))
         return now
 
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
@@ -283,11 +318,15 @@ class Store:
 
     # --- reading ------------------------------------------------------------
 
+    def _reader(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """A connection for reads (the shared autocommit one)."""
+        return self._connection()
+
     async def resolve_id(self, run_id: str) -> str:
         """The full id of the one run whose id is or starts with ``run_id``."""
         if not run_id or not all(c in "0123456789abcdef" for c in run_id.lower()):
             raise RunNotFound(f"no run {run_id!r}: run ids are hexadecimal")
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             found = (await conn.execute(select(runs.c.id).where(runs.c.id.startswith(run_id.lower()))
                                         .limit(2))).scalars().all()
         if not found:
@@ -299,7 +338,7 @@ class Store:
     async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult:
         """One run by id or unique prefix, with its steps in call order."""
         full = await self.resolve_id(run_id)
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             row = (await conn.execute(select(runs).where(runs.c.id == full))).first()
             step_rows = []
             if with_steps:
@@ -317,18 +356,18 @@ class Store:
             query = query.where(runs.c.workflow == workflow)
         if status:
             query = query.where(runs.c.status == status)
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             rows = (await conn.execute(query)).all()
         return [_run_result(r, []) for r in rows]
 
     async def run_row(self, run_id: str) -> Row[Any] | None:
         """The raw run row (for the runner: lease, hash, previous run)."""
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             return (await conn.execute(select(runs).where(runs.c.id == run_id))).first()
 
     async def latest_succeeded_run(self, workflow: str, before: datetime) -> str | None:
         """The id of ``workflow``'s latest succeeded run that ended before ``before``."""
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             return (await conn.execute(
                 select(runs.c.id).where(runs.c.workflow == workflow,
                                         runs.c.status == RunStatus.SUCCEEDED.value,
@@ -340,22 +379,35 @@ class Store:
         query = select(steps.c.name, steps.c.output).where(steps.c.run_id == run_id)
         if succeeded_only:
             query = query.where(steps.c.status == StepStatus.SUCCEEDED.value)
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             return {r.name: r.output or "" for r in (await conn.execute(query)).all()}
 
     async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]:
         """``{step name: (status, tries)}`` for a run."""
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             rows = (await conn.execute(select(steps.c.name, steps.c.status, steps.c.tries)
                                        .where(steps.c.run_id == run_id))).all()
         return {r.name: (r.status, r.tries) for r in rows}
 
     async def expired_runs(self) -> list[str]:
         """Ids of ``running`` runs whose lease has expired (their executor died)."""
-        async with self.engine.connect() as conn:
+        async with self._reader() as conn:
             return list((await conn.execute(
                 select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
                                         runs.c.lease_expires_at < utcnow()))).scalars().all())
+
+
+# The two statements every step runs, built once (building them costs more than running them).
+_STEP_RUNNING = (
+    update(steps)
+    .where(steps.c.run_id == bindparam("b_run"), steps.c.name == bindparam("b_name"))
+    .values(status=bindparam("b_status"), inputs=bindparam("b_inputs"), tries=bindparam("b_tries"),
+            started_at=bindparam("b_started"), ended_at=None, error=None))
+_STEP_FINISHED = (
+    update(steps)
+    .where(steps.c.run_id == bindparam("b_run"), steps.c.name == bindparam("b_name"))
+    .values(status=bindparam("b_status"), tries=bindparam("b_tries"), ended_at=bindparam("b_ended"),
+            output=bindparam("b_output"), error=bindparam("b_error"), stderr=bindparam("b_stderr")))
 
 
 def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
