@@ -170,9 +170,16 @@ class Store:
                 raise
 
     async def _one(self, statement: Any, params: dict[str, Any] | None = None) -> Any:
-        """Run one statement atomically on its own: the cheap path."""
-        async with self._connection() as conn:
-            return await conn.execute(statement, params)
+        """Run one statement atomically on its own: the cheap path.
+
+        Shielded: a caller cancelled mid-statement must not leave the shared
+        connection half-way through a round trip.
+        """
+        async def go() -> Any:
+            async with self._connection() as conn:
+                result = await conn.execute(statement, params)
+                return result if not result.returns_rows else _Buffered(list(result.all()))
+        return await asyncio.shield(go())
 
     # --- writing runs -------------------------------------------------------
 
@@ -318,34 +325,31 @@ class Store:
 
     # --- reading ------------------------------------------------------------
 
-    def _reader(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
-        """A connection for reads (the shared autocommit one)."""
-        return self._connection()
+    async def _rows(self, query: Any) -> list[Row[Any]]:
+        rows: list[Row[Any]] = (await self._one(query)).all()
+        return rows
 
     async def resolve_id(self, run_id: str) -> str:
         """The full id of the one run whose id is or starts with ``run_id``."""
         if not run_id or not all(c in "0123456789abcdef" for c in run_id.lower()):
             raise RunNotFound(f"no run {run_id!r}: run ids are hexadecimal")
-        async with self._reader() as conn:
-            found = (await conn.execute(select(runs.c.id).where(runs.c.id.startswith(run_id.lower()))
-                                        .limit(2))).scalars().all()
+        found = await self._rows(select(runs.c.id).where(runs.c.id.startswith(run_id.lower())).limit(2))
         if not found:
             raise RunNotFound(f"no run {run_id!r}")
         if len(found) > 1:
             raise RunNotFound(f"run id prefix {run_id!r} is ambiguous: give more characters")
-        return str(found[0])
+        return str(found[0].id)
 
     async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult:
         """One run by id or unique prefix, with its steps in call order."""
         full = await self.resolve_id(run_id)
-        async with self._reader() as conn:
-            row = (await conn.execute(select(runs).where(runs.c.id == full))).first()
-            step_rows = []
-            if with_steps:
-                step_rows = list((await conn.execute(
-                    select(steps).where(steps.c.run_id == full).order_by(steps.c.position))).all())
+        row = await self.run_row(full)
         if row is None:
             raise RunNotFound(f"no run {run_id!r}")
+        step_rows = []
+        if with_steps:
+            step_rows = await self._rows(select(steps).where(steps.c.run_id == full)
+                                         .order_by(steps.c.position))
         return _run_result(row, step_rows)
 
     async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
@@ -356,45 +360,53 @@ class Store:
             query = query.where(runs.c.workflow == workflow)
         if status:
             query = query.where(runs.c.status == status)
-        async with self._reader() as conn:
-            rows = (await conn.execute(query)).all()
-        return [_run_result(r, []) for r in rows]
+        return [_run_result(r, []) for r in await self._rows(query)]
 
     async def run_row(self, run_id: str) -> Row[Any] | None:
         """The raw run row (for the runner: lease, hash, previous run)."""
-        async with self._reader() as conn:
-            return (await conn.execute(select(runs).where(runs.c.id == run_id))).first()
+        found = await self._rows(select(runs).where(runs.c.id == run_id))
+        return found[0] if found else None
 
     async def latest_succeeded_run(self, workflow: str, before: datetime) -> str | None:
         """The id of ``workflow``'s latest succeeded run that ended before ``before``."""
-        async with self._reader() as conn:
-            return (await conn.execute(
-                select(runs.c.id).where(runs.c.workflow == workflow,
-                                        runs.c.status == RunStatus.SUCCEEDED.value,
-                                        runs.c.ended_at <= before)
-                .order_by(runs.c.ended_at.desc()).limit(1))).scalar()
+        found = await self._rows(
+            select(runs.c.id).where(runs.c.workflow == workflow,
+                                    runs.c.status == RunStatus.SUCCEEDED.value,
+                                    runs.c.ended_at <= before)
+            .order_by(runs.c.ended_at.desc()).limit(1))
+        return str(found[0].id) if found else None
 
     async def step_outputs(self, run_id: str, *, succeeded_only: bool = True) -> dict[str, str]:
         """``{step name: output}`` of a run's (succeeded) steps."""
         query = select(steps.c.name, steps.c.output).where(steps.c.run_id == run_id)
         if succeeded_only:
             query = query.where(steps.c.status == StepStatus.SUCCEEDED.value)
-        async with self._reader() as conn:
-            return {r.name: r.output or "" for r in (await conn.execute(query)).all()}
+        return {r.name: r.output or "" for r in await self._rows(query)}
 
     async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]:
         """``{step name: (status, tries)}`` for a run."""
-        async with self._reader() as conn:
-            rows = (await conn.execute(select(steps.c.name, steps.c.status, steps.c.tries)
-                                       .where(steps.c.run_id == run_id))).all()
+        rows = await self._rows(select(steps.c.name, steps.c.status, steps.c.tries)
+                                .where(steps.c.run_id == run_id))
         return {r.name: (r.status, r.tries) for r in rows}
 
     async def expired_runs(self) -> list[str]:
         """Ids of ``running`` runs whose lease has expired (their executor died)."""
-        async with self._reader() as conn:
-            return list((await conn.execute(
-                select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
-                                        runs.c.lease_expires_at < utcnow()))).scalars().all())
+        rows = await self._rows(select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
+                                                        runs.c.lease_expires_at < utcnow()))
+        return [str(r.id) for r in rows]
+
+
+class _Buffered:
+    """Rows fetched inside the shielded call, so nothing is read after the lock is gone."""
+
+    def __init__(self, rows: list[Row[Any]]) -> None:
+        self.rows = rows
+
+    def all(self) -> list[Row[Any]]:
+        return self.rows
+
+    def first(self) -> Row[Any] | None:
+        return self.rows[0] if self.rows else None
 
 
 # The two statements every step runs, built once (building them costs more than running them).
