@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import re
+import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
@@ -15,6 +16,7 @@ from brain._errors import BrainError, RunNotFound, StoreError, WorkflowLoadError
 from brain.cli import render
 
 if TYPE_CHECKING:
+    from brain.results import RunResult
     from brain.store import Store
 
 T = TypeVar("T")
@@ -65,7 +67,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     wf = load_target(args.target)
     progress = None if args.json else render.Progress(wf)
-    result = asyncio.run(wf.arun(args.body, on_event=progress))
+
+    async def go() -> RunResult:
+        # SIGTERM stops the run the way Ctrl-C does: steps killed, the run recorded cancelled.
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await wf.arun(args.body, on_event=progress)
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
+
+    result = asyncio.run(go())
     if args.json:
         print(json.dumps(result.to_json_dict(), ensure_ascii=False))
     else:
