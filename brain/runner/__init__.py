@@ -15,6 +15,7 @@ from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, Trigge
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
+from brain.store.store import utcnow
 
 if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
@@ -62,8 +63,6 @@ async def run_workflow_now(wf: Workflow, trigger: object = None, *,
         uses_previous = any(s.previous_refs for s in wf.spec.steps)
         previous = None
         if uses_previous and previous_outputs is None:
-            from brain.store.store import utcnow
-
             previous = await st.latest_succeeded_run(wf.name, utcnow())
         await st.create_run(run_id=run_id, workflow=wf.name, definition_hash=wf.definition_hash,
                             trigger=trig, step_rows=[(s.name, s.kind) for s in wf.spec.steps],
@@ -91,7 +90,8 @@ async def execute_run(wf: Workflow, store: Store, run_id: str, *, owner: str | N
     """
     owner = owner or new_owner()
     lease = lease_seconds()
-    if not await store.claim_run(run_id, owner, lease):
+    before = await store.run_row(run_id)
+    if before is None or not await store.claim_run(run_id, owner, lease):
         return None
     row = await store.run_row(run_id)
     assert row is not None
@@ -101,8 +101,10 @@ async def execute_run(wf: Workflow, store: Store, run_id: str, *, owner: str | N
     trigger = TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
                           headers=json.loads(row.trigger_headers or "{}"))
     previous = row.previous_run_id
-    if previous is None and row.started_at is not None and any(s.previous_refs for s in wf.spec.steps):
-        previous = await store.latest_succeeded_run(wf.name, row.created_at)
+    if before.started_at is None and any(s.previous_refs for s in wf.spec.steps):
+        # First start of a queued run: {previous.X} is read as of now, and remembered
+        # so a resume sees the same values.
+        previous = await store.latest_succeeded_run(wf.name, utcnow())
         await store.set_previous_run(run_id, previous)
     states = await store.step_states(run_id)
     outputs = await store.step_outputs(run_id)
