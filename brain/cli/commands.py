@@ -169,22 +169,20 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_db(args: argparse.Namespace) -> int:
     from brain.store import Store
-    from brain.store.schema import upgrade
 
-    async def go() -> tuple[str | None, str, str]:
-        store = Store()
-        await store.open(check_schema=False)
+    store = Store()
+
+    async def go() -> tuple[str | None, str]:
         try:
-            before, after = await upgrade(store.engine)
+            return await store.upgrade_schema()
         finally:
             await store.close()
-        return before, after, store.shown_url
 
-    before, after, url = asyncio.run(go())
+    before, after = asyncio.run(go())
     if before == after:
-        render.ok(f"{url}: schema already at revision {after}")
+        render.ok(f"{store.shown_url}: schema already at revision {after}")
     else:
-        render.ok(f"{url}: schema upgraded from {before or 'empty'} to revision {after}")
+        render.ok(f"{store.shown_url}: schema upgraded from {before or 'empty'} to revision {after}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
     from brain.results import RunResult
 
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+# soft_wrap: never re-wrap text at the terminal width (outputs and messages stay intact).
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 _MARK = {"succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[dim]-[/]",
          "cancelled": "[yellow]■[/]", "running": "[cyan]▶[/]", "retrying": "[yellow]↻[/]",
@@ -73,7 +75,8 @@ def run_summary(result: RunResult) -> None:
         took = f" in {(result.ended_at - result.started_at).total_seconds():.2f}s"
     last = [s for s in result.steps.values() if s.status == "succeeded"]
     if result.succeeded and last and last[-1].output:
-        out.print(escape(last[-1].output))
+        sys.stdout.write(last[-1].output + "\n")  # data, written as is
+        sys.stdout.flush()
     err.print(f"run [bold]{result.run_id[:12]}[/] [{style}]{result.status}[/]{took}"
               + (f": {escape(result.error)}" if result.error else "")
               + f"  [dim](brain show {result.run_id[:12]})[/]")

@@ -128,6 +128,14 @@ class Store:
         self._engine, self._auto = engine, auto
         return self
 
+    async def upgrade_schema(self) -> tuple[str | None, str]:
+        """Create or upgrade the schema (``brain db upgrade``); return (before, after) revisions."""
+        await self.open(check_schema=False)
+        try:
+            return await schema.upgrade(self.engine)
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreError(f"cannot upgrade database {self.shown_url}: {_short(exc)}") from None
+
     async def close(self) -> None:
         """Release connections."""
         if self._held is not None:

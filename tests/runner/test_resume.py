@@ -1,0 +1,211 @@
+"""Crash and resume: a `brain run` killed with SIGKILL is finished by `resume_run` once its lease
+expires, without re-running the steps that already succeeded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from brain.loader import load_file
+from brain.results import RunStatus, StepStatus, TriggerData
+from brain.runner import WORKFLOW_CHANGED, resume_run
+from brain.store import Store
+
+CRASHY = """
+    from brain import shell, workflow
+
+    @workflow
+    def crashy():
+        shell("count", command="echo run >> counter.txt; echo counted")
+        shell("slow", timeout_seconds=300,
+              command="if [ ! -e marker ]; then echo $$ > slow.pid; touch marker; sleep 60; fi; "
+                      "echo slow-done")
+        shell("last", command="echo ran >> last.txt; echo last-done")
+"""
+
+
+def write(folder: Path, source: str, name: str = "crashy.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source).lstrip())
+    return path
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_step(db_file: Path) -> tuple[str, str] | None:
+    if not db_file.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5)) as conn:
+            row = conn.execute(
+                "SELECT r.id, s.name FROM brain_runs r JOIN brain_steps s ON s.run_id = r.id "
+                "WHERE r.status = 'running' AND s.status = 'running'").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return (row[0], row[1]) if row else None
+
+
+def kill_group_from(pid_file: Path) -> None:
+    """End the orphaned step process (it runs in its own process group)."""
+    if pid_file.exists() and pid_file.read_text().strip():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_killed_run_is_resumed_without_rerunning_finished_steps(
+        tmp_path: Path, db_url: str, brain_cmd: list[str]) -> None:
+    flow = write(tmp_path, CRASHY)
+    env = {**os.environ, "BRAIN_LEASE_SECONDS": "2"}
+    proc = subprocess.Popen([*brain_cmd, "run", str(flow)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (tmp_path / "marker").exists() and (tmp_path / "slow.pid").exists()
+                 and (tmp_path / "slow.pid").read_text().strip(), 30, "step 'slow' to start")
+        run_id, step = wait_for(lambda: running_step(tmp_path / "brain.db"), 10, "a running step")
+        assert step == "slow"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+
+        wf = load_file(flow)["crashy"]
+
+        async def resume() -> tuple[object, object]:
+            async with Store(db_url) as store:
+                before = await store.get_run(run_id)
+                deadline = time.monotonic() + 30
+                result = None
+                while result is None and time.monotonic() < deadline:
+                    result = await resume_run(wf, store, run_id)
+                    if result is None:
+                        await asyncio.sleep(0.25)
+                row = await store.run_row(run_id)
+                return before, (result, row)
+
+        before, (result, row) = asyncio.run(resume())
+        # the crash left the run running, step 1 done and step 2 started
+        assert before.status == RunStatus.RUNNING
+        assert {n: s.status for n, s in before.steps.items()} == {
+            "count": StepStatus.SUCCEEDED, "slow": StepStatus.RUNNING, "last": StepStatus.PENDING}
+
+        assert result is not None, "the run was never resumed after its lease expired"
+        assert result.status == RunStatus.SUCCEEDED, result.error
+        assert result.error is None
+        assert {n: s.status for n, s in result.steps.items()} == {
+            "count": StepStatus.SUCCEEDED, "slow": StepStatus.SUCCEEDED, "last": StepStatus.SUCCEEDED}
+        # step 1 kept its stored result and did not run again; steps 2 and 3 ran
+        assert lines(tmp_path / "counter.txt") == ["run"]
+        assert result.steps["count"].output == "counted"
+        assert result.steps["count"].tries == 1
+        assert result.steps["slow"].output == "slow-done"
+        assert result.steps["slow"].tries == 2
+        assert result.steps["last"].output == "last-done"
+        assert lines(tmp_path / "last.txt") == ["ran"]
+        assert result.ended_at is not None
+        assert row.lease_owner is None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_group_from(tmp_path / "slow.pid")
+
+
+SIMPLE = """
+    from brain import shell, workflow
+
+    @workflow
+    def simple():
+        shell("mark", command="echo x >> ran.txt; echo marked")
+        shell("done", command="echo WORD")
+"""
+
+
+def simple_flow(folder: Path, word: str = "one") -> Path:
+    return write(folder, SIMPLE.replace("WORD", word), name="simple.py")
+
+
+async def _dead_run(store: Store, wf, *, lease_seconds: float) -> str:  # type: ignore[no-untyped-def]
+    """A run recorded as running under another executor's lease, as a crash leaves it."""
+    import uuid
+
+    run_id = uuid.uuid4().hex
+    await store.create_run(run_id=run_id, workflow=wf.name, definition_hash=wf.definition_hash,
+                           trigger=TriggerData(), owner="elsewhere:1:dead",
+                           step_rows=[(s.name, s.kind) for s in wf.spec.steps],
+                           lease_seconds=lease_seconds)
+    return run_id
+
+
+def test_resume_fails_a_run_whose_workflow_changed(tmp_path: Path, db_url: str) -> None:
+    original = load_file(simple_flow(tmp_path, "one"))["simple"]
+    changed = load_file(simple_flow(tmp_path, "two"))["simple"]
+    assert original.definition_hash != changed.definition_hash
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with Store(db_url) as store:
+            run_id = await _dead_run(store, original, lease_seconds=-1)  # lease already expired
+            return await resume_run(changed, store, run_id), await store.get_run(run_id)
+
+    result, stored = asyncio.run(go())
+    assert result is not None
+    assert result.status == RunStatus.FAILED
+    assert result.error == WORKFLOW_CHANGED == "workflow changed since the run started"
+    assert stored.status == RunStatus.FAILED and stored.error == WORKFLOW_CHANGED
+    assert stored.ended_at is not None
+    assert not (tmp_path / "ran.txt").exists()  # no step of the new definition ran
+
+
+def test_resume_leaves_a_run_with_a_live_lease_alone(tmp_path: Path, db_url: str) -> None:
+    wf = load_file(simple_flow(tmp_path))["simple"]
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with Store(db_url) as store:
+            run_id = await _dead_run(store, wf, lease_seconds=300)
+            result = await resume_run(wf, store, run_id[:12])
+            return result, await store.get_run(run_id), await store.run_row(run_id)
+
+    result, stored, row = asyncio.run(go())
+    assert result is None
+    assert stored.status == RunStatus.RUNNING
+    assert row.lease_owner == "elsewhere:1:dead"
+    assert {s.status for s in stored.steps.values()} == {StepStatus.PENDING}
+    assert not (tmp_path / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["succeeded", "failed"])
+def test_resume_of_a_finished_run_returns_none(tmp_path: Path, db_url: str, fail: bool) -> None:
+    flow = simple_flow(tmp_path, "one; exit 4" if fail else "one")
+    wf = load_file(flow)["simple"]
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with Store(db_url) as store:
+            first = await wf.arun(store=store)
+            again = await resume_run(wf, store, first.run_id)
+            return first, again, await store.get_run(first.run_id)
+
+    first, again, stored = asyncio.run(go())
+    assert first.status == (RunStatus.FAILED if fail else RunStatus.SUCCEEDED)
+    assert again is None
+    assert stored.status == first.status
+    assert stored.ended_at == first.ended_at
+    assert lines(tmp_path / "ran.txt") == ["x"]  # nothing ran a second time
