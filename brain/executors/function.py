@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import typing
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from brain import placeholders
 from brain._errors import StepFailed
 from brain.dsl.model import FunctionStepSpec, SecretRef
 from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
+from brain.executors.threads import run_in_thread
 
 _TEXT_TYPES: tuple[object, ...] = (str, Any, inspect.Parameter.empty)
 
@@ -65,7 +65,7 @@ class FunctionExecutor:
         if inspect.iscoroutinefunction(spec.func):
             result = await spec.func(*bound.args, **bound.kwargs)
         else:
-            result = await asyncio.to_thread(spec.func, *bound.args, **bound.kwargs)
+            result = await run_in_thread(spec.func, *bound.args, **bound.kwargs)
             if inspect.isawaitable(result):
                 result = await result
         return StepOutput(output=output_text(result))

@@ -101,13 +101,12 @@ class ShellExecutor:
         try:
             if stdin_data is not None:
                 await _feed(proc, stdin_data.encode("utf-8", errors="surrogateescape"))
-            waiter = asyncio.ensure_future(proc.wait())
-            done, _ = await asyncio.wait([waiter, stdout.overflow],  # type: ignore[type-var]
+            exited = asyncio.ensure_future(_exited(proc))
+            done, _ = await asyncio.wait([exited, stdout.overflow],  # type: ignore[type-var]
                                          return_when=asyncio.FIRST_COMPLETED)
-            if waiter not in done:  # too much output: stop it now
-                waiter.cancel()
+            if exited not in done:  # too much output: stop it now
                 _signal_group(proc.pid, signal.SIGKILL)
-                await proc.wait()
+                await exited
             await _end_group(proc.pid, readers)
         except BaseException:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -147,13 +146,15 @@ class _Collector:
             if not chunk:
                 return
             self.size += len(chunk)
+            if self.limit is not None and self.size >= self.limit:
+                # Over the limit: say so, keep draining (and dropping) until EOF so the
+                # pipe closes once the process group is killed.
+                if not self.overflow.done():
+                    self.overflow.set_result(None)
+                continue
             self.data += chunk
             if self.keep_tail is not None and len(self.data) > 2 * self.keep_tail:
                 del self.data[: -self.keep_tail]
-            if self.limit is not None and self.size >= self.limit:
-                if not self.overflow.done():
-                    self.overflow.set_result(None)
-                return
 
 
 async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
@@ -217,18 +218,43 @@ async def _end_group(pgid: int, readers: Sequence[asyncio.Future[None]]) -> None
         task.cancel()
 
 
+async def _exited(proc: asyncio.subprocess.Process) -> None:
+    """Wait until the process itself has exited (not until its pipes close).
+
+    ``Process.wait()`` on Python 3.11 also waits for stdout to reach EOF, which a
+    background child can hold open forever; a pidfd tells us the moment the
+    shell exits, without reaping it behind asyncio's back.
+    """
+    if proc.returncode is None:
+        try:
+            fd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # no pidfd here, or the process is already gone
+            fd = None
+        if fd is not None:
+            loop = asyncio.get_running_loop()
+            ready: asyncio.Future[None] = loop.create_future()
+            def on_exit() -> None:
+                if not ready.done():
+                    ready.set_result(None)
+
+            loop.add_reader(fd, on_exit)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+    while proc.returncode is None:  # noqa: ASYNC110 - asyncio's child watcher sets it next
+        await asyncio.sleep(0.001)
+
+
 async def _reap(proc: asyncio.subprocess.Process, readers: Sequence[asyncio.Future[None]]) -> None:
     """On timeout or cancel: the group got SIGTERM; SIGKILL it if it lingers, then reap."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + KILL_GRACE_SECONDS
-    while loop.time() < deadline and (proc.returncode is None or _group_alive(proc.pid)):
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=0.02)
-        except TimeoutError:
-            pass
-        if proc.returncode is not None and not _group_alive(proc.pid):
-            break
+    while loop.time() < deadline and (proc.returncode is None or _group_alive(proc.pid)):  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
     _signal_group(proc.pid, signal.SIGKILL)
-    await proc.wait()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_exited(proc), KILL_GRACE_SECONDS)
     for task in readers:
         task.cancel()

@@ -96,6 +96,10 @@ async def execute_run(wf: Workflow, store: Store, run_id: str, *, owner: str | N
     row = await store.run_row(run_id)
     assert row is not None
     if row.definition_hash != wf.definition_hash or row.workflow != wf.name:
+        states = await store.step_states(run_id)
+        await store.steps_ended(run_id, [n for n, (status, _) in states.items()
+                                         if status != StepStatus.SUCCEEDED.value],
+                                StepStatus.SKIPPED, error=WORKFLOW_CHANGED)
         await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED)
         return await store.get_run(run_id)
     trigger = TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,

@@ -52,11 +52,13 @@ class RunExecution:
         self.prior_tries = dict(tries or {})
         self.executors = executors or default_executors()
         self.on_event = on_event
-        self.ctx = StepContext(workflow_dir=wf.source_dir, protected_env=protected_env)
+        self.ctx = StepContext(workflow_dir=wf.source_dir,
+                               protected_env=protected_env | webhook_secret_names())
         self._previous: dict[str, str] | None = None
         self.kinds = {s.name: s.kind for s in wf.spec.steps}
         self._cancel = asyncio.Event()
         self._cancel_reason = "cancelled"
+        self._lease_lost = False
 
     # --- placeholders ---
 
@@ -151,6 +153,10 @@ class RunExecution:
             task.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+        if self._lease_lost:
+            # Another executor resumed this run after our lease expired: the record is
+            # theirs now, so stop without writing anything.
+            return RunStatus.RUNNING
         stopped = list(running.values())
         not_started = [n for n in pending if n not in stopped]
         if failure is not None:
@@ -186,7 +192,7 @@ class RunExecution:
             if renew:
                 last_renew = time.monotonic()
             if cancel or not ours:
-                self._cancel_reason = "cancelled" if cancel else "lease lost to another executor"
+                self._lease_lost = not ours
                 self._cancel.set()
                 return
 
@@ -213,10 +219,12 @@ class RunExecution:
                                  retryable=False)
             prepared = executor.prepare(spec, self._resolve)
         except (StepFailed, PlaceholderError) as exc:
+            # The step cannot even start (a missing trigger field, an unset secret, an
+            # invalid argument): that is one failed try, not worth repeating.
             msg = exc.message if isinstance(exc, StepFailed) else str(exc)
             await self.store.step_finished(self.run_id, spec.name, status=StepStatus.FAILED,
-                                           tries=tries, ended_at=utcnow(), error=msg)
-            self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries, msg))
+                                           tries=tries + 1, ended_at=utcnow(), error=msg)
+            self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries + 1, msg))
             return _Outcome(spec.name, False, msg)
         await self.store.step_running(self.run_id, spec.name, inputs=prepared.inputs,
                                       tries=tries + 1, started_at=started)
@@ -270,6 +278,15 @@ class RunExecution:
             return StepFailed(f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
                               stderr=result.stderr, retryable=False)
         return result
+
+
+def webhook_secret_names() -> frozenset[str]:
+    """The secret variables of every webhook trigger defined in this process."""
+    from brain.dsl.triggers import WebhookTrigger
+    from brain.dsl.workflow import REGISTRY
+
+    return frozenset(t.secret_env for wf in REGISTRY.values() for t in wf.triggers
+                     if isinstance(t, WebhookTrigger))
 
 
 def _scrub(text: str | None, secrets: list[str]) -> str | None:

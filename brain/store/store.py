@@ -456,7 +456,8 @@ def _sqlite_settings(engine: AsyncEngine, *, memory: bool) -> None:
 
     sync_mode = os.environ.get("BRAIN_SQLITE_SYNCHRONOUS", "NORMAL").upper()
     if sync_mode not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-        raise StoreError(f"BRAIN_SQLITE_SYNCHRONOUS must be NORMAL or FULL, not {sync_mode!r}")
+        raise StoreError(f"BRAIN_SQLITE_SYNCHRONOUS must be NORMAL (the default) or FULL "
+                         f"(also OFF or EXTRA), not {sync_mode!r}")
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -1,0 +1,74 @@
+"""Worker threads for sync ``@step`` functions.
+
+``asyncio.to_thread`` uses the loop's default executor, whose threads the
+interpreter joins at exit: one timed-out function would keep ``brain run``
+alive until it returns. These workers are daemon threads, so a step that
+timed out (and is already recorded as failed) never holds the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_MAX_IDLE_WAIT = 60.0
+_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_lock = threading.Lock()
+_idle = 0
+
+
+def _worker() -> None:
+    global _idle
+    while True:
+        try:
+            job = _jobs.get(timeout=_MAX_IDLE_WAIT)
+        except queue.Empty:
+            with _lock:
+                _idle -= 1
+            return
+        with _lock:
+            _idle -= 1
+        job()
+        with _lock:
+            _idle += 1
+
+
+def _submit(job: Callable[[], None]) -> None:
+    global _idle
+    with _lock:
+        if _idle == 0:  # every worker is busy (or stuck in a timed-out step): add one
+            _idle += 1
+            threading.Thread(target=_worker, name="brain-step", daemon=True).start()
+    _jobs.put(job)
+
+
+async def run_in_thread(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``func`` in a daemon worker thread and await its result (context copied)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def job() -> None:
+        try:
+            result, error = ctx.run(func, *args, **kwargs), None
+        except BaseException as exc:
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is gone: nobody waits for this any more
+            pass
+
+    _submit(job)
+    return await future
