@@ -23,6 +23,7 @@ from brain.dsl import (
                            WorkflowGraph,
                            cron,
                            every,
+                           llm,
                            parallel,
                            secret,
                            shell,
@@ -38,5 +39,5 @@ __all__ = [
     "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
     "StepNode", "StepResult", "StepStatus", "StoreError", "TriggerData", "Workflow",
     "WorkflowDefinitionError", "WorkflowGraph", "WorkflowLoadError", "__version__", "cron",
-    "every", "parallel", "secret", "shell", "step", "trigger", "watch", "webhook", "workflow",
+    "every", "llm", "parallel", "secret", "shell", "step", "trigger", "watch", "webhook", "workflow",
 ]

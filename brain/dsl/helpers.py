@@ -1,12 +1,14 @@
-"""Step helpers: ``shell()`` and ``secret()``; each records a step while tracing."""
+"""Step helpers: ``shell()``, ``llm()`` and ``secret()``; each records a step while tracing."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pydantic import SecretStr
+
 from brain import placeholders
-from brain.dsl.model import SecretRef, ShellStepSpec
-from brain.dsl.nodes import StepNode
+from brain.dsl.model import LlmStepSpec, SecretRef, ShellStepSpec
+from brain.dsl.nodes import StepNode, _Lazy
 from brain.dsl.tracing import Tracer, require_tracer
 
 
@@ -91,4 +93,63 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
         previous_refs=tracer.previous_refs(name),
         command=cmd_text, argv=argv_items, stdin=stdin_text, env=env_values, cwd=cwd,
         quote=quote, **opts)  # type: ignore[arg-type]
+    return tracer.add(spec)
+
+
+def _plain(tracer: Tracer, step: str, field: str, value: object) -> str | None:
+    """A field that is never substituted (model, URL): a plain string or ``None``."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, _Lazy):
+        raise tracer.error(step, f"{field} is never substituted: give a plain string, "
+                                 f"not a step output or trigger field")
+    raise tracer.error(step, f"{field} must be a string, not {type(value).__name__}")
+
+
+def llm(name: str, prompt: object, *, system: object = None, model: str | None = None,
+        provider_url: str | None = None, api_key: str | SecretRef | None = None,
+        temperature: float = 0.7, max_tokens: int | None = None,
+        timeout_seconds: float | None = 120, retries: int = 0, retry_delay_seconds: float = 1.0,
+        max_output_bytes: int | None = None, after: Sequence[object] | None = None) -> StepNode:
+    """An LLM step: ``POST {provider_url}/chat/completions`` on any OpenAI-compatible server.
+
+    ``model``, ``provider_url`` and ``api_key`` fall back to ``LLM_MODEL``,
+    ``LLM_BASE_URL`` and ``LLM_API_KEY`` when ``None``. The output is
+    ``choices[0].message.content``.
+
+    >>> summary = llm("summary", prompt=f"Two sentences: {notes}",    # doctest: +SKIP
+    ...               model="ministral-3b", max_tokens=400)
+    """
+    tracer = require_tracer("llm")
+    name = tracer.check_name(name)
+    refs: list[str] = []
+    opts = common_options(tracer, name, timeout_seconds, retries, retry_delay_seconds,
+                          max_output_bytes)
+    prompt_text = tracer.template(name, "prompt", prompt, refs)
+    system_text = None if system is None else tracer.template(name, "system", system, refs)
+    model_name = _plain(tracer, name, "model", model)
+    url = _plain(tracer, name, "provider_url", provider_url)
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise tracer.error(name, f"provider_url must start with http:// or https://, like "
+                                 f"'http://localhost:1234/v1' (got {url!r})")
+    key: SecretRef | SecretStr | None
+    if api_key is None or isinstance(api_key, SecretRef):
+        key = api_key
+    elif isinstance(api_key, str):
+        key = SecretStr(api_key)
+    else:
+        raise tracer.error(name, "api_key must be a string or secret('ENV_NAME')")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not 0 <= temperature <= 2:
+        raise tracer.error(name, f"temperature must be a number from 0 to 2, not {temperature!r}")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < 1):
+        raise tracer.error(name, f"max_tokens must be a whole number >= 1, not {max_tokens!r}")
+    after_names = tracer.after_names(name, after)
+    spec = LlmStepSpec(
+        name=name, position=len(tracer.steps),
+        upstream=tracer.upstream(tracer.order_upstream(), refs, after_names),
+        previous_refs=tracer.previous_refs(name), prompt=prompt_text, system=system_text,
+        model=model_name, provider_url=url, api_key=key, temperature=float(temperature),
+        max_tokens=max_tokens, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)

@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from brain.dsl.triggers import TriggerSpec
 
@@ -76,7 +76,25 @@ class FunctionStepSpec(StepSpec):
     func: Callable[..., Any] = Field(exclude=True, repr=False)
 
 
-AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec, Field(discriminator="kind")]
+class LlmStepSpec(StepSpec):
+    """An ``llm()`` step: one chat completion from an OpenAI-compatible endpoint.
+
+    ``None`` fields fall back to ``LLM_MODEL``, ``LLM_BASE_URL`` and
+    ``LLM_API_KEY`` when the step starts. A literal key is kept as a
+    ``SecretStr`` so it never shows in dumps.
+    """
+
+    kind: Literal["llm"] = "llm"
+    prompt: str
+    system: str | None = None
+    model: str | None = None
+    provider_url: str | None = None
+    api_key: SecretRef | SecretStr | None = None
+    temperature: float = 0.7
+    max_tokens: int | None = None
+
+
+AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec, Field(discriminator="kind")]
 
 
 class WorkflowGraph(_Frozen):

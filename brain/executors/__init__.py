@@ -8,8 +8,10 @@ from brain.executors.shell import ShellExecutor
 
 
 def default_executors() -> dict[str, Executor]:
-    """A fresh mapping of step kind to executor."""
-    return {"shell": ShellExecutor(), "step": FunctionExecutor()}
+    """A fresh mapping of step kind to executor (one set per run)."""
+    from brain.executors.llm import LlmExecutor
+
+    return {"shell": ShellExecutor(), "step": FunctionExecutor(), "llm": LlmExecutor()}
 
 
 __all__ = ["Executor", "PreparedStep", "StepContext", "StepOutput", "default_executors"]

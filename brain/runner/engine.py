@@ -94,6 +94,12 @@ class RunExecution:
 
     async def execute(self) -> RunStatus:
         """Run to the end; return the final status (the store has it too)."""
+        try:
+            return await self._execute()
+        finally:
+            await asyncio.shield(self._close_executors())
+
+    async def _execute(self) -> RunStatus:
         specs = {s.name: s for s in self.wf.spec.steps}
         if any(s.previous_refs for s in specs.values()):
             await self._load_previous()
@@ -146,6 +152,13 @@ class RunExecution:
             monitor.cancel()
             cancel_wait.cancel()
         return await self._stop(running, list(waiting), failure)
+
+    async def _close_executors(self) -> None:
+        for executor in self.executors.values():
+            close = getattr(executor, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
 
     async def _stop(self, running: dict[asyncio.Task[_Outcome], str], pending: list[str],
                     failure: _Outcome | None) -> RunStatus:
@@ -226,8 +239,11 @@ class RunExecution:
                                            tries=tries + 1, ended_at=utcnow(), error=msg)
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries + 1, msg))
             return _Outcome(spec.name, False, msg)
-        await self.store.step_running(self.run_id, spec.name, inputs=prepared.inputs,
-                                      tries=tries + 1, started_at=started)
+        # Recorded while the step starts: for steps that wait on I/O (HTTP, a server
+        # process) the write costs nothing; the store's lock keeps it ahead of the
+        # step's final write, which awaits it.
+        marked = asyncio.create_task(self.store.step_running(
+            self.run_id, spec.name, inputs=prepared.inputs, tries=tries + 1, started_at=started))
         self._emit(StepEvent(self.run_id, spec.name, spec.kind, "running", tries + 1))
         attempt = 0
         while True:
@@ -236,6 +252,7 @@ class RunExecution:
             result = await self._attempt(executor, spec, prepared)
             if isinstance(result, StepOutput):
                 output = _scrub(result.output, prepared.secrets) or ""
+                await marked
                 await self.store.step_finished(
                     self.run_id, spec.name, status=StepStatus.SUCCEEDED, tries=tries,
                     ended_at=utcnow(), output=output,
@@ -247,8 +264,10 @@ class RunExecution:
             message = _scrub(result.message, prepared.secrets) or "failed"
             if result.retryable and attempt <= spec.retries:
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "retrying", tries, message))
-                await asyncio.sleep(spec.retry_delay_seconds * 2 ** (attempt - 1))
+                delay = spec.retry_delay_seconds * 2 ** (attempt - 1)
+                await asyncio.sleep(max(delay, result.retry_after or 0.0))
                 continue
+            await marked
             await self.store.step_finished(
                 self.run_id, spec.name, status=StepStatus.FAILED, tries=tries, ended_at=utcnow(),
                 error=message, stderr=_scrub(result.stderr, prepared.secrets))

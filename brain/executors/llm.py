@@ -1,0 +1,160 @@
+"""LLM steps: one ``POST {base}/chat/completions`` to any OpenAI-compatible server.
+
+LM Studio, Ollama, vLLM, llama.cpp's server and OpenAI all speak this wire
+format. Fields left ``None`` fall back to ``LLM_BASE_URL``, ``LLM_API_KEY`` and
+``LLM_MODEL``, read when the step starts. httpx is imported only here, when a
+workflow has an LLM step.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+from brain._errors import StepFailed
+from brain.dsl.model import LlmStepSpec, SecretRef
+from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
+
+if TYPE_CHECKING:
+    import httpx
+
+DEFAULT_BASE_URL = "http://localhost:1234/v1"
+_BODY_PREVIEW = 300
+_MAX_RETRY_AFTER = 600.0
+EMPTY_CONTENT = ("the model returned empty content; a reasoning model likely needs larger "
+                 "max_tokens and timeout_seconds (e.g. max_tokens=8000, timeout_seconds=600)")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any user and password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def chat_url(base: str) -> str:
+    """``{base}/chat/completions``; a trailing slash on the base does not matter."""
+    return base.rstrip("/") + "/chat/completions"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (a number or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value) if value else None
+        if when is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    return min(max(seconds, 0.0), _MAX_RETRY_AFTER)
+
+
+def _preview(text: str) -> str:
+    text = " ".join(text.split())
+    return text[:_BODY_PREVIEW] + ("…" if len(text) > _BODY_PREVIEW else "")
+
+
+class LlmExecutor:
+    """Runs ``llm()`` steps with one pooled ``httpx.AsyncClient`` per run."""
+
+    kind = "llm"
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    def prepare(self, spec: LlmStepSpec, resolve: Resolve) -> PreparedStep:
+        """Resolve prompt and system; apply the environment fallbacks; build the request."""
+        model = spec.model or os.environ.get("LLM_MODEL") or None
+        if not model:
+            raise StepFailed("no model given: set model= on the llm() step or LLM_MODEL in the "
+                             "environment", retryable=False)
+        base = spec.provider_url or os.environ.get("LLM_BASE_URL") or DEFAULT_BASE_URL
+        key: str | None
+        secrets: list[str] = []
+        if isinstance(spec.api_key, SecretRef):
+            key = read_secret(spec.api_key, spec)
+        elif isinstance(spec.api_key, SecretStr):
+            key = spec.api_key.get_secret_value()
+        else:
+            key = os.environ.get("LLM_API_KEY") or None
+        if key:
+            secrets.append(key)
+        prompt = resolve(spec.prompt, False)
+        system = None if spec.system is None else resolve(spec.system, False)
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        messages.append({"role": "user", "content": prompt})
+        body: dict[str, Any] = {"model": model, "messages": messages,
+                                "temperature": spec.temperature}
+        if spec.max_tokens is not None:
+            body["max_tokens"] = spec.max_tokens
+        url = chat_url(base)
+        inputs: dict[str, Any] = {"prompt": prompt}
+        if system is not None:
+            inputs["system"] = system
+        inputs.update(model=model, url=redact_url(url), temperature=spec.temperature)
+        if spec.max_tokens is not None:
+            inputs["max_tokens"] = spec.max_tokens
+        if key:
+            inputs["api_key"] = REDACTED
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return PreparedStep(inputs=inputs, payload={"url": url, "body": body, "headers": headers},
+                            secrets=secrets)
+
+    async def execute(self, spec: LlmStepSpec, prepared: PreparedStep,
+                      ctx: StepContext) -> StepOutput:
+        """Send the request; return ``choices[0].message.content``."""
+        import httpx
+
+        if self._client is None:
+            # No client-side timeout: the step's timeout_seconds bounds the whole call.
+            self._client = httpx.AsyncClient(timeout=None, trust_env=False)
+        url: str = prepared.payload["url"]
+        shown = redact_url(url)
+        try:
+            response = await self._client.post(url, json=prepared.payload["body"],
+                                               headers=prepared.payload["headers"])
+        except httpx.TimeoutException as exc:
+            raise StepFailed(f"timed out talking to {shown}: {type(exc).__name__}") from None
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise StepFailed(f"cannot reach {shown}: {reason}") from None
+        status = response.status_code
+        if status >= 400:
+            retryable = status == 429 or status >= 500
+            raise StepFailed(f"HTTP {status} from {shown}: {_preview(response.text)}",
+                             retryable=retryable,
+                             retry_after=_retry_after(response.headers.get("retry-after"))
+                             if retryable else None)
+        try:
+            data = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise StepFailed(f"the answer from {shown} is not JSON: {_preview(response.text)}",
+                             retryable=False) from None
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            content = False
+        if content is False or not (content is None or isinstance(content, str)):
+            raise StepFailed(f"the answer from {shown} has no choices[0].message.content text: "
+                             f"{_preview(response.text)}", retryable=False)
+        if not content:
+            raise StepFailed(EMPTY_CONTENT, retryable=False)
+        return StepOutput(output=content)
+
+    async def close(self) -> None:
+        """Close the HTTP client (its pooled connections)."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

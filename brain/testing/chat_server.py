@@ -1,0 +1,154 @@
+"""``FakeChatServer``: a real OpenAI-compatible HTTP endpoint on loopback, for tests.
+
+It records every request and answers with scripted replies, so a workflow's
+``llm()`` steps can be tested end to end (real HTTP, real retries) without a
+model. Point a step at it with ``provider_url=server.url`` or
+``LLM_BASE_URL=server.url``.
+
+>>> with FakeChatServer(reply="hello") as server:       # doctest: +SKIP
+...     server.respond(status=503, headers={"Retry-After": "0"})
+...     result = wf(trigger="...")                        # first try 503, then "hello"
+...     assert server.requests[-1].json["model"] == "m"
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received: path, headers (lower-case names), raw body."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+@dataclass
+class ScriptedResponse:
+    """One answer to give: status, body (bytes, or JSON when ``json`` is set), headers, delay."""
+
+    status: int = 200
+    json: Any = None
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+def completion(content: str | None, model: str = "fake") -> dict[str, Any]:
+    """A minimal chat-completions answer carrying ``content``."""
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}]}
+
+
+class FakeChatServer:
+    """An OpenAI-compatible ``/v1/chat/completions`` server in a background thread."""
+
+    def __init__(self, reply: str = "ok", *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.reply = reply
+        self.requests: list[RecordedRequest] = []
+        self._script: deque[ScriptedResponse] = deque()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL to use as ``provider_url``, ending in ``/v1``."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def respond(self, status: int = 200, *, json: Any = None, body: bytes | str | None = None,
+                content: str | None = None, headers: dict[str, str] | None = None,
+                delay: float = 0.0) -> None:
+        """Queue the answer to the next request (after those queued before).
+
+        ``content`` builds a normal completion; ``json`` any JSON body; ``body``
+        raw bytes. With none of them, a 200 gets the default ``reply``.
+        """
+        if content is not None:
+            json = completion(content)
+        raw = body.encode() if isinstance(body, str) else body
+        with self._lock:
+            self._script.append(ScriptedResponse(status=status, json=json, body=raw,
+                                                 headers=dict(headers or {}), delay=delay))
+
+    def _next(self) -> ScriptedResponse:
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        return ScriptedResponse(json=completion(self.reply))
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                with server._lock:
+                    server.requests.append(RecordedRequest(
+                        "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                answer = server._next()
+                if answer.delay:
+                    time.sleep(answer.delay)
+                if answer.body is not None:
+                    data = answer.body
+                elif answer.json is not None:
+                    data = json.dumps(answer.json).encode()
+                else:
+                    data = json.dumps(completion(server.reply)).encode() \
+                        if answer.status < 400 else b'{"error": {"message": "scripted error"}}'
+                self.send_response(answer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in answer.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                return
+
+        return Handler
+
+    def start(self) -> FakeChatServer:
+        """Start serving in a daemon thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._server.serve_forever,
+                                            name="fake-chat-server", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> FakeChatServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
