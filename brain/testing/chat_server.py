@@ -100,6 +100,7 @@ class FakeChatServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # answer at once, not after a delayed ACK
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
