@@ -24,6 +24,7 @@ from brain.dsl import (
                            cron,
                            every,
                            llm,
+                           mcp_tool,
                            parallel,
                            secret,
                            shell,
@@ -39,5 +40,6 @@ __all__ = [
     "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
     "StepNode", "StepResult", "StepStatus", "StoreError", "TriggerData", "Workflow",
     "WorkflowDefinitionError", "WorkflowGraph", "WorkflowLoadError", "__version__", "cron",
-    "every", "llm", "parallel", "secret", "shell", "step", "trigger", "watch", "webhook", "workflow",
+    "every", "llm", "mcp_tool", "parallel", "secret", "shell", "step", "trigger", "watch",
+    "webhook", "workflow",
 ]

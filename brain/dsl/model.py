@@ -94,7 +94,22 @@ class LlmStepSpec(StepSpec):
     max_tokens: int | None = None
 
 
-AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec, Field(discriminator="kind")]
+class McpStepSpec(StepSpec):
+    """An ``mcp_tool()`` step: spawn a server on stdio, one ``tools/call``, end it.
+
+    ``server_command`` is already split into words; each word is a template
+    (never the first). Only top-level string values of ``args`` are templates.
+    """
+
+    kind: Literal["mcp_tool"] = "mcp_tool"
+    server_command: tuple[str, ...]
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str | SecretRef] = Field(default_factory=dict)
+
+
+AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec | McpStepSpec,
+                        Field(discriminator="kind")]
 
 
 class WorkflowGraph(_Frozen):

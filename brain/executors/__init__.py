@@ -10,8 +10,10 @@ from brain.executors.shell import ShellExecutor
 def default_executors() -> dict[str, Executor]:
     """A fresh mapping of step kind to executor (one set per run)."""
     from brain.executors.llm import LlmExecutor
+    from brain.executors.mcp import McpExecutor
 
-    return {"shell": ShellExecutor(), "step": FunctionExecutor(), "llm": LlmExecutor()}
+    return {"shell": ShellExecutor(), "step": FunctionExecutor(), "llm": LlmExecutor(),
+            "mcp_tool": McpExecutor()}
 
 
 __all__ = ["Executor", "PreparedStep", "StepContext", "StepOutput", "default_executors"]

@@ -42,6 +42,16 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
 
 
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
 def chat_url(base: str) -> str:
     """``{base}/chat/completions``; a trailing slash on the base does not matter."""
     return base.rstrip("/") + "/chat/completions"
@@ -54,8 +64,9 @@ def _retry_after(value: str | None) -> float | None:
     try:
         seconds = float(value)
     except ValueError:
-        when = email.utils.parsedate_to_datetime(value) if value else None
-        if when is None:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (ValueError, TypeError):  # neither seconds nor a date: ignore it
             return None
         seconds = when.timestamp() - time.time()
     return min(max(seconds, 0.0), _MAX_RETRY_AFTER)
@@ -81,6 +92,9 @@ class LlmExecutor:
             raise StepFailed("no model given: set model= on the llm() step or LLM_MODEL in the "
                              "environment", retryable=False)
         base = spec.provider_url or os.environ.get("LLM_BASE_URL") or DEFAULT_BASE_URL
+        if not base.startswith(("http://", "https://")):
+            raise StepFailed(f"LLM_BASE_URL must start with http:// or https://, like "
+                             f"{DEFAULT_BASE_URL!r} (got {redact_url(base)!r})", retryable=False)
         key: str | None
         secrets: list[str] = []
         if isinstance(spec.api_key, SecretRef):
@@ -100,6 +114,8 @@ class LlmExecutor:
         if spec.max_tokens is not None:
             body["max_tokens"] = spec.max_tokens
         url = chat_url(base)
+        if key:
+            url = _without_userinfo(url)  # the Bearer key authenticates; URL credentials would win
         inputs: dict[str, Any] = {"prompt": prompt}
         if system is not None:
             inputs["system"] = system

@@ -56,6 +56,17 @@ def completion(content: str | None, model: str = "fake") -> dict[str, Any]:
                          "message": {"role": "assistant", "content": content}}]}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a cancelled step) is normal here: say nothing."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeChatServer:
     """An OpenAI-compatible ``/v1/chat/completions`` server in a background thread."""
 
@@ -64,8 +75,7 @@ class FakeChatServer:
         self.requests: list[RecordedRequest] = []
         self._script: deque[ScriptedResponse] = deque()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _QuietServer((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
 
     @property
@@ -134,7 +144,8 @@ class FakeChatServer:
     def start(self) -> FakeChatServer:
         """Start serving in a daemon thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._server.serve_forever,
+            # A short poll interval so stop() returns at once.
+            self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
                                             name="fake-chat-server", daemon=True)
             self._thread.start()
         return self

@@ -1,0 +1,163 @@
+"""MCP tool steps: a fresh server process per step and per try, over stdio.
+
+The official SDK's stdio client spawns the server (in its own session, with
+the SDK's minimal environment plus the step's ``env``), the client negotiates
+the protocol version, sends exactly one ``tools/call`` — through
+``send_request``, because ``ClientSession.call_tool`` would also send
+``tools/list`` to validate structured output — and the server is stopped
+(stdin closed, then its process group killed). Its stderr goes to a file, of
+which the last 8 KiB are kept. The SDK is imported only when a step runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from brain._errors import StepFailed
+from brain.dsl.model import McpStepSpec, SecretRef
+from brain.executors.base import (
+    REDACTED,
+    PreparedStep,
+    Resolve,
+    StepContext,
+    StepOutput,
+    read_secret,
+    tail_text,
+)
+
+STDERR_TAIL = 8192
+# sh runs the server and records its exit status, which the SDK's client does not expose.
+_RECORD_EXIT = 'status="$1"; shift; "$@"; code=$?; printf %s "$code" > "$status"; exit "$code"'
+
+
+def tool_output(result: Any) -> str:
+    """Text blocks joined by newlines; else compact JSON of structuredContent, else of content."""
+    texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
+    if texts:
+        return "\n".join(texts)
+    if result.structured_content is not None:
+        return json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
+    content = [block.model_dump(mode="json", by_alias=True, exclude_none=True)
+               for block in result.content]
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
+def _exit_reason(code: int) -> str:
+    return f"killed by signal {code - 128}" if code > 128 else f"exit code {code}"
+
+
+class McpExecutor:
+    """Runs ``mcp_tool()`` steps."""
+
+    kind = "mcp_tool"
+
+    def prepare(self, spec: McpStepSpec, resolve: Resolve) -> PreparedStep:
+        """Fill in the command's words, top-level string args and env values."""
+        secrets: list[str] = []
+        words = [spec.server_command[0], *(resolve(w, False) for w in spec.server_command[1:])]
+        args: dict[str, Any] = {}
+        shown_args: dict[str, Any] = {}
+        for key, value in spec.args.items():
+            if isinstance(value, SecretRef):
+                args[key] = read_secret(value, spec)
+                secrets.append(args[key])
+                shown_args[key] = REDACTED
+            elif isinstance(value, str):
+                args[key] = shown_args[key] = resolve(value, False)
+            else:
+                args[key] = shown_args[key] = value
+        env: dict[str, str] = {}
+        shown_env: dict[str, str] = {}
+        for key, raw in spec.env.items():
+            if isinstance(raw, SecretRef):
+                env[key] = read_secret(raw, spec)
+                secrets.append(env[key])
+                shown_env[key] = REDACTED
+            else:
+                env[key] = shown_env[key] = resolve(raw, False)
+        for word in [*words, *env.values()]:
+            if "\x00" in word:
+                raise StepFailed("a command word or env value contains a NUL byte", retryable=False)
+        inputs: dict[str, Any] = {"server_command": words, "tool": spec.tool, "args": shown_args}
+        if shown_env:
+            inputs["env"] = shown_env
+        return PreparedStep(inputs=inputs, payload={"words": words, "args": args, "env": env},
+                            secrets=secrets)
+
+    async def execute(self, spec: McpStepSpec, prepared: PreparedStep,
+                      ctx: StepContext) -> StepOutput:
+        """Spawn, initialize, call the tool once, stop the server; return the tool's output."""
+        import mcp_types as types
+        from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+        from mcp.client.stdio import get_default_environment
+
+        words: list[str] = prepared.payload["words"]
+        env = get_default_environment() | prepared.payload["env"]
+        program = words[0]
+        if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
+            raise StepFailed(f"cannot start the MCP server: {program!r} is not on PATH",
+                             retryable=False)
+        with tempfile.TemporaryDirectory(prefix="brain-mcp-") as tmp:
+            status_file = os.path.join(tmp, "exit")
+            params = StdioServerParameters(
+                command="/bin/sh", args=["-c", _RECORD_EXIT, "brain-mcp", status_file, *words],
+                env=prepared.payload["env"], cwd=ctx.workflow_dir)
+            # A file, not a pipe: nobody reads stderr while the server runs, and a full pipe
+            # would block a chatty server.
+            with open(os.path.join(tmp, "stderr"), "w+b") as errlog:  # noqa: ASYNC230
+                result: Any = None
+                error: MCPError | None = None
+                try:
+                    transport = stdio_client(params, errlog=errlog)  # type: ignore[arg-type]
+                    async with transport as (read, write), ClientSession(read, write) as session:
+                        await session.initialize()
+                        request = types.CallToolRequest(params=types.CallToolRequestParams(
+                            name=spec.tool, arguments=prepared.payload["args"]))
+                        result = await session.send_request(request, types.CallToolResult)
+                except Exception as exc:  # anyio task groups wrap what went wrong
+                    leaf = _leaf(exc)
+                    if isinstance(leaf, MCPError):
+                        error = leaf
+                    elif isinstance(leaf, OSError):
+                        raise StepFailed(f"cannot start the MCP server {program!r}: {leaf}",
+                                         retryable=False) from None
+                    else:
+                        raise leaf from None
+                errlog.seek(0, os.SEEK_END)
+                size = errlog.tell()
+                errlog.seek(max(0, size - STDERR_TAIL))
+                stderr = tail_text(errlog.read(), STDERR_TAIL)
+            code = _read_status(status_file)
+        if error is not None:
+            closed = error.code == types.CONNECTION_CLOSED
+            if closed or (result is None and code not in (None, 0)):
+                last = (stderr or "").strip().splitlines()
+                why = _exit_reason(code) if code is not None else "its connection closed"
+                raise StepFailed(f"the MCP server exited before answering ({why})"
+                                 + (f": {last[-1][:500]}" if last else ""), stderr=stderr)
+            raise StepFailed(f"the MCP server answered with an error ({error.code}): "
+                             f"{error.message}", stderr=stderr)
+        if result.is_error:
+            texts = [b.text for b in result.content if getattr(b, "type", None) == "text"]
+            raise StepFailed(texts[0] if texts else f"the tool reported an error: {tool_output(result)}",
+                             stderr=stderr)
+        return StepOutput(output=tool_output(result), stderr=stderr)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _read_status(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
