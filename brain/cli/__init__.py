@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="delete finished runs older than AGE (e.g. 30d, 12h)")
     p.add_argument("--older-than", required=True, metavar="AGE")
 
+    p = sub.add_parser("mcp", help="MCP servers")
+    mcpsub = p.add_subparsers(dest="mcp_command", metavar="ACTION", parser_class=_Parser)
+    t = mcpsub.add_parser("tools", help="list a server's tools and their input schemas",
+                          usage="brain mcp tools [--json] -- COMMAND [ARG...]")
+    t.add_argument("--json", action="store_true", help="print the tools as JSON")
+    t.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+
     p = sub.add_parser("db", help="database schema")
     dbsub = p.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
     dbsub.add_parser("upgrade", help="create or upgrade the schema to this version")
@@ -66,6 +73,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2)
     if args.command == "db" and args.db_command is None:
         parser.error("brain db needs an action: upgrade")
+    if args.command == "mcp":
+        if args.mcp_command is None:
+            parser.error("brain mcp needs an action: tools")
+        if args.server and args.server[0] == "--":
+            args.server = args.server[1:]
+        if not args.server:
+            parser.error("brain mcp tools needs the server command after --, e.g. "
+                         "brain mcp tools -- uvx mcp-server-time")
     from brain.cli import commands
 
     raise SystemExit(commands.dispatch(args))

@@ -186,7 +186,18 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from brain.mcp_discovery import list_tools
+
+    tools = asyncio.run(list_tools(args.server))
+    if args.json:
+        print(json.dumps(tools, ensure_ascii=False))
+    else:
+        render.tools(tools)
+    return 0
+
+
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
-    "cancel": cmd_cancel, "prune": cmd_prune, "db": cmd_db,
+    "cancel": cmd_cancel, "prune": cmd_prune, "db": cmd_db, "mcp": cmd_mcp,
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -134,3 +134,22 @@ def graph(wf: Workflow) -> None:
     for name in wf.graph.nodes:
         after = f"  [dim]← {', '.join(waits[name])}[/]" if waits[name] else ""
         out.print(f"  {escape(name)}{after}")
+
+
+def tools(listing: list[dict[str, Any]]) -> None:
+    """``brain mcp tools``: each tool, its description and its input schema."""
+    import json
+
+    if not listing:
+        err.print("the server offers no tools")
+        return
+    for tool in listing:
+        out.print(f"[bold]{escape(tool['name'])}[/]")
+        if tool.get("description"):
+            for line in str(tool["description"]).strip().splitlines():
+                out.print(f"  {escape(line)}")
+        schema = json.dumps(tool.get("inputSchema") or {}, indent=2, ensure_ascii=False)
+        out.print("  input schema:")
+        for line in schema.splitlines():
+            out.print(f"    {escape(line)}")
+        out.print("")
