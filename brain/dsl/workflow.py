@@ -19,7 +19,7 @@ from brain.dsl.triggers import TriggerSpec
 if TYPE_CHECKING:
     from brain.results import RunResult
     from brain.runner.events import EventHandler
-    from brain.store import Store
+    from brain.store.base import RunStore
 
 #: Every workflow defined in this process, by name; a new definition replaces the old.
 REGISTRY: dict[str, Workflow] = {}
@@ -55,7 +55,7 @@ class Workflow:
         """The description, or the function's docstring."""
         return self.spec.description
 
-    async def arun(self, trigger: object = None, *, store: Store | str | None = None,
+    async def arun(self, trigger: object = None, *, store: RunStore | str | None = None,
                    on_event: EventHandler | None = None) -> RunResult:
         """Run now and wait for the result (async form of calling the workflow).
 
@@ -66,7 +66,7 @@ class Workflow:
 
         return await run_workflow_now(self, trigger, store=store, on_event=on_event)
 
-    def run(self, trigger: object = None, *, store: Store | str | None = None,
+    def run(self, trigger: object = None, *, store: RunStore | str | None = None,
             on_event: EventHandler | None = None) -> RunResult:
         """Run now and return the :class:`RunResult`; works inside a running event loop too."""
         if current_tracer() is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from brain._errors import StepFailed
-from brain.dsl.model import SecretRef, StepSpec
+from brain.dsl.model import SecretRef
 
 #: ``resolve(text, shell_quote)`` fills in a template for the current run.
 Resolve = Callable[[str, bool], str]
@@ -56,8 +56,12 @@ class Executor(Protocol):
 
     kind: str
 
-    def prepare(self, spec: Any, resolve: Resolve) -> PreparedStep:
-        """Resolve the spec's placeholders and secrets for this run."""
+    def prepare(self, spec: Any, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
+        """Resolve the spec's placeholders and secrets for this run.
+
+        ``mocked``: the step will not really run (``brain.testing``), so what
+        only the real work needs (a secret's value, a model name) may be absent.
+        """
         ...
 
     async def execute(self, spec: Any, prepared: PreparedStep, ctx: StepContext) -> StepOutput:
@@ -65,9 +69,11 @@ class Executor(Protocol):
         ...
 
 
-def read_secret(ref: SecretRef, step: StepSpec) -> str:
-    """The value of a secret, read from the environment now."""
+def read_secret(ref: SecretRef, *, lenient: bool = False) -> str:
+    """The value of a secret, read from the environment now (``***`` if unset and lenient)."""
     value = os.environ.get(ref.env)
+    if value is None and lenient:
+        return REDACTED
     if value is None:
         raise StepFailed(f"secret {ref.env} is not set in the environment", retryable=False)
     return value

@@ -39,14 +39,15 @@ class FunctionExecutor:
 
     kind = "step"
 
-    def prepare(self, spec: FunctionStepSpec, resolve: Resolve) -> PreparedStep:
+    def prepare(self, spec: FunctionStepSpec, resolve: Resolve, *,
+                mocked: bool = False) -> PreparedStep:
         """Fill in placeholders at any depth; parse and validate annotated parameters."""
         sig, hints = _signature(spec.func)
         secrets: list[str] = []
         inputs: dict[str, Any] = {}
         values: dict[str, Any] = {}
         for pname, raw in spec.arguments.items():
-            shown, value = _resolve_deep(raw, resolve, spec, secrets)
+            shown, value = _resolve_deep(raw, resolve, secrets, mocked)
             inputs[pname] = shown
             param = sig.parameters.get(pname)
             annotation = hints.get(pname, inspect.Parameter.empty)
@@ -96,23 +97,23 @@ def _templated(raw: Any) -> bool:
     return False
 
 
-def _resolve_deep(raw: Any, resolve: Resolve, spec: FunctionStepSpec,
-                  secrets: list[str]) -> tuple[Any, Any]:
+def _resolve_deep(raw: Any, resolve: Resolve, secrets: list[str],
+                  mocked: bool) -> tuple[Any, Any]:
     """(shown, real) values of an argument: strings resolved, secrets read."""
     if isinstance(raw, str):
         value = resolve(raw, False)
         return value, value
     if isinstance(raw, SecretRef):
-        value = read_secret(raw, spec)
+        value = read_secret(raw, lenient=mocked)
         secrets.append(value)
         return REDACTED, value
     if isinstance(raw, list):
-        pairs = [_resolve_deep(v, resolve, spec, secrets) for v in raw]
+        pairs = [_resolve_deep(v, resolve, secrets, mocked) for v in raw]
         return [p[0] for p in pairs], [p[1] for p in pairs]
     if isinstance(raw, dict):
         shown, real = {}, {}
         for k, v in raw.items():
-            shown[k], real[k] = _resolve_deep(v, resolve, spec, secrets)
+            shown[k], real[k] = _resolve_deep(v, resolve, secrets, mocked)
         return shown, real
     return raw, raw
 

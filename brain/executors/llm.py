@@ -85,10 +85,10 @@ class LlmExecutor:
     def __init__(self) -> None:
         self._client: httpx.AsyncClient | None = None
 
-    def prepare(self, spec: LlmStepSpec, resolve: Resolve) -> PreparedStep:
+    def prepare(self, spec: LlmStepSpec, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         """Resolve prompt and system; apply the environment fallbacks; build the request."""
         model = spec.model or os.environ.get("LLM_MODEL") or None
-        if not model:
+        if not model and not mocked:
             raise StepFailed("no model given: set model= on the llm() step or LLM_MODEL in the "
                              "environment", retryable=False)
         base = spec.provider_url or os.environ.get("LLM_BASE_URL") or DEFAULT_BASE_URL
@@ -98,7 +98,7 @@ class LlmExecutor:
         key: str | None
         secrets: list[str] = []
         if isinstance(spec.api_key, SecretRef):
-            key = read_secret(spec.api_key, spec)
+            key = read_secret(spec.api_key, lenient=mocked)
         elif isinstance(spec.api_key, SecretStr):
             key = spec.api_key.get_secret_value()
         else:

@@ -55,7 +55,7 @@ class McpExecutor:
 
     kind = "mcp_tool"
 
-    def prepare(self, spec: McpStepSpec, resolve: Resolve) -> PreparedStep:
+    def prepare(self, spec: McpStepSpec, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         """Fill in the command's words, top-level string args and env values."""
         secrets: list[str] = []
         words = [spec.server_command[0], *(resolve(w, False) for w in spec.server_command[1:])]
@@ -63,7 +63,7 @@ class McpExecutor:
         shown_args: dict[str, Any] = {}
         for key, value in spec.args.items():
             if isinstance(value, SecretRef):
-                args[key] = read_secret(value, spec)
+                args[key] = read_secret(value, lenient=mocked)
                 secrets.append(args[key])
                 shown_args[key] = REDACTED
             elif isinstance(value, str):
@@ -74,7 +74,7 @@ class McpExecutor:
         shown_env: dict[str, str] = {}
         for key, raw in spec.env.items():
             if isinstance(raw, SecretRef):
-                env[key] = read_secret(raw, spec)
+                env[key] = read_secret(raw, lenient=mocked)
                 secrets.append(env[key])
                 shown_env[key] = REDACTED
             else:

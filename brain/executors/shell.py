@@ -44,7 +44,7 @@ class ShellExecutor:
 
     kind = "shell"
 
-    def prepare(self, spec: ShellStepSpec, resolve: Resolve) -> PreparedStep:
+    def prepare(self, spec: ShellStepSpec, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         """Fill in command (shell-quoted unless ``quote=False``), argv, stdin and env."""
         inputs: dict[str, Any] = {}
         payload: dict[str, Any] = {}
@@ -60,7 +60,7 @@ class ShellExecutor:
         shown_env: dict[str, str] = {}
         for key, value in spec.env.items():
             if isinstance(value, SecretRef):
-                env[key] = read_secret(value, spec)
+                env[key] = read_secret(value, lenient=mocked)
                 secrets.append(env[key])
                 shown_env[key] = REDACTED
             else:

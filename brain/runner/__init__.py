@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import uuid
@@ -15,6 +14,7 @@ from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, Trigge
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
+from brain.store.base import RunStore
 from brain.store.store import utcnow
 
 if TYPE_CHECKING:
@@ -41,14 +41,14 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _store_for(store: Store | str | None) -> tuple[Store, bool]:
-    if isinstance(store, Store):
-        return store, not store.is_open
-    return Store(store), True
+def _store_for(store: RunStore | str | None) -> tuple[RunStore, bool]:
+    if store is None or isinstance(store, str):
+        return Store(store), True
+    return store, not store.is_open
 
 
 async def run_workflow_now(wf: Workflow, trigger: object = None, *,
-                           store: Store | str | None = None, on_event: EventHandler | None = None,
+                           store: RunStore | str | None = None, on_event: EventHandler | None = None,
                            executors: Mapping[str, Executor] | None = None,
                            previous_outputs: dict[str, str] | None = None) -> RunResult:
     """Record a new run of ``wf``, execute it in this process, and return its result."""
@@ -68,9 +68,8 @@ async def run_workflow_now(wf: Workflow, trigger: object = None, *,
                             trigger=trig, step_rows=[(s.name, s.kind) for s in wf.spec.steps],
                             owner=owner, lease_seconds=lease, previous_run_id=previous)
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
-                                 lease_seconds=lease, executors=executors, on_event=on_event)
-        if previous_outputs is not None:
-            execution._previous = dict(previous_outputs)
+                                 lease_seconds=lease, executors=executors, on_event=on_event,
+                                 previous_outputs=previous_outputs)
         await execution.execute()
         return await st.get_run(run_id)
     finally:
@@ -78,7 +77,7 @@ async def run_workflow_now(wf: Workflow, trigger: object = None, *,
             await st.close()
 
 
-async def execute_run(wf: Workflow, store: Store, run_id: str, *, owner: str | None = None,
+async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str | None = None,
                       on_event: EventHandler | None = None,
                       executors: Mapping[str, Executor] | None = None) -> RunResult | None:
     """Claim a queued run, or a running one whose lease expired, and execute it.
@@ -102,8 +101,7 @@ async def execute_run(wf: Workflow, store: Store, run_id: str, *, owner: str | N
                                 StepStatus.SKIPPED, error=WORKFLOW_CHANGED)
         await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED)
         return await store.get_run(run_id)
-    trigger = TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
-                          headers=json.loads(row.trigger_headers or "{}"))
+    trigger = row.trigger
     previous = row.previous_run_id
     if before.started_at is None and any(s.previous_refs for s in wf.spec.steps):
         # First start of a queued run: {previous.X} is read as of now, and remembered
@@ -122,7 +120,7 @@ async def execute_run(wf: Workflow, store: Store, run_id: str, *, owner: str | N
     return await store.get_run(run_id)
 
 
-async def resume_run(wf: Workflow, store: Store, run_id: str, *,
+async def resume_run(wf: Workflow, store: RunStore, run_id: str, *,
                      on_event: EventHandler | None = None) -> RunResult | None:
     """Resume a run whose executor died (its lease expired); see :func:`execute_run`.
 

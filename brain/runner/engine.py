@@ -20,7 +20,7 @@ from brain.store.store import utcnow
 
 if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
-    from brain.store import Store
+    from brain.store.base import RunStore
 
 POLL_SECONDS = 0.5
 
@@ -35,12 +35,13 @@ class _Outcome:
 class RunExecution:
     """Runs the steps of ``run_id`` that have not succeeded yet, under ``owner``'s lease."""
 
-    def __init__(self, wf: Workflow, store: Store, run_id: str, owner: str, *,
+    def __init__(self, wf: Workflow, store: RunStore, run_id: str, owner: str, *,
                  trigger: TriggerData, previous_run_id: str | None, lease_seconds: float,
                  outputs: dict[str, str] | None = None, tries: Mapping[str, int] | None = None,
                  executors: Mapping[str, Executor] | None = None,
                  on_event: EventHandler | None = None,
-                 protected_env: frozenset[str] = frozenset()) -> None:
+                 protected_env: frozenset[str] = frozenset(),
+                 previous_outputs: dict[str, str] | None = None) -> None:
         self.wf = wf
         self.store = store
         self.run_id = run_id
@@ -54,7 +55,9 @@ class RunExecution:
         self.on_event = on_event
         self.ctx = StepContext(workflow_dir=wf.source_dir,
                                protected_env=protected_env | webhook_secret_names())
-        self._previous: dict[str, str] | None = None
+        # Outputs {previous.X} reads; loaded from previous_run_id on first need unless given.
+        self._previous: dict[str, str] | None = (None if previous_outputs is None
+                                                 else dict(previous_outputs))
         self.kinds = {s.name: s.kind for s in wf.spec.steps}
         self._cancel = asyncio.Event()
         self._cancel_reason = "cancelled"

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from brain._errors import RunNotFound, StoreError
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
 from brain.store import schema
+from brain.store.base import RunRecord
 from brain.store.tables import metadata, runs, steps
 
 DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
@@ -351,9 +352,10 @@ class Store:
     async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult:
         """One run by id or unique prefix, with its steps in call order."""
         full = await self.resolve_id(run_id)
-        row = await self.run_row(full)
-        if row is None:
+        found = await self._rows(select(runs).where(runs.c.id == full))
+        if not found:
             raise RunNotFound(f"no run {run_id!r}")
+        row = found[0]
         step_rows = []
         if with_steps:
             step_rows = await self._rows(select(steps).where(steps.c.run_id == full)
@@ -370,10 +372,18 @@ class Store:
             query = query.where(runs.c.status == status)
         return [_run_result(r, []) for r in await self._rows(query)]
 
-    async def run_row(self, run_id: str) -> Row[Any] | None:
-        """The raw run row (for the runner: lease, hash, previous run)."""
+    async def run_row(self, run_id: str) -> RunRecord | None:
+        """The run's own record (for the runner: lease, hash, trigger, previous run)."""
         found = await self._rows(select(runs).where(runs.c.id == run_id))
-        return found[0] if found else None
+        if not found:
+            return None
+        r = found[0]
+        return RunRecord(id=r.id, workflow=r.workflow, definition_hash=r.definition_hash,
+                         status=r.status, trigger=_trigger(r), error=r.error,
+                         previous_run_id=r.previous_run_id, created_at=r.created_at,
+                         started_at=r.started_at, ended_at=r.ended_at,
+                         cancel_requested=bool(r.cancel_requested), lease_owner=r.lease_owner,
+                         lease_expires_at=r.lease_expires_at)
 
     async def latest_succeeded_run(self, workflow: str, before: datetime) -> str | None:
         """The id of ``workflow``'s latest succeeded run that ended before ``before``."""
@@ -430,9 +440,13 @@ _STEP_FINISHED = (
             output=bindparam("b_output"), error=bindparam("b_error"), stderr=bindparam("b_stderr")))
 
 
+def _trigger(row: Row[Any]) -> TriggerData:
+    return TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
+                       headers=json.loads(row.trigger_headers or "{}"))
+
+
 def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
-    trigger = TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
-                          headers=json.loads(row.trigger_headers or "{}"))
+    trigger = _trigger(row)
     step_results = {
         s.name: StepResult(name=s.name, kind=s.kind, status=StepStatus(s.status),
                            inputs=json.loads(s.inputs) if s.inputs else {}, output=s.output,

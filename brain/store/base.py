@@ -1,0 +1,96 @@
+"""The store interface the runner, CLI and server use, and the plain records it returns.
+
+Two implementations: :class:`brain.store.Store` (SQLAlchemy: SQLite or
+PostgreSQL) and :class:`brain.store.memory.MemoryStore` (dicts, for tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from brain.results import RunResult, RunStatus, StepStatus, TriggerData
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's own row: what executing or resuming it needs."""
+
+    id: str
+    workflow: str
+    definition_hash: str
+    status: str
+    trigger: TriggerData
+    error: str | None
+    previous_run_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    cancel_requested: bool
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+
+
+class RunStore(Protocol):
+    """Every read and write of runs and steps."""
+
+    @property
+    def is_open(self) -> bool: ...
+
+    @property
+    def shown_url(self) -> str: ...
+
+    async def open(self) -> Any: ...
+
+    async def close(self) -> None: ...
+
+    async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
+                         trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
+                         owner: str | None = None, lease_seconds: float = 30,
+                         previous_run_id: str | None = None) -> datetime: ...
+
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool: ...
+
+    async def set_previous_run(self, run_id: str, previous_run_id: str | None) -> None: ...
+
+    async def heartbeat(self, run_id: str, owner: str,
+                        lease_seconds: float | None) -> tuple[bool, bool]: ...
+
+    async def step_running(self, run_id: str, name: str, *, inputs: dict[str, Any],
+                           tries: int, started_at: datetime) -> None: ...
+
+    async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
+                            ended_at: datetime, output: str | None = None,
+                            error: str | None = None, stderr: str | None = None,
+                            inputs: dict[str, Any] | None = None) -> None: ...
+
+    async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
+                          error: str | None = None) -> None: ...
+
+    async def reset_steps(self, run_id: str, names: Iterable[str]) -> None: ...
+
+    async def finish_run(self, run_id: str, status: RunStatus,
+                         error: str | None = None) -> datetime: ...
+
+    async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]: ...
+
+    async def prune(self, finished_before: datetime) -> int: ...
+
+    async def resolve_id(self, run_id: str) -> str: ...
+
+    async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult: ...
+
+    async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
+                        limit: int = 20) -> list[RunResult]: ...
+
+    async def run_row(self, run_id: str) -> RunRecord | None: ...
+
+    async def latest_succeeded_run(self, workflow: str, before: datetime) -> str | None: ...
+
+    async def step_outputs(self, run_id: str, *, succeeded_only: bool = True) -> dict[str, str]: ...
+
+    async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]: ...
+
+    async def expired_runs(self) -> list[str]: ...

@@ -1,0 +1,268 @@
+"""``MemoryStore``: the store interface on plain dicts, for tests (``brain.testing``).
+
+Same behaviour as :class:`brain.store.Store` where the runner can tell, at a
+fraction of the cost: no SQL, no driver thread. The store tests run against
+both.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from brain._errors import RunNotFound, StoreError
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
+from brain.store.base import RunRecord
+from brain.store.store import utcnow
+
+
+@dataclass
+class _Step:
+    name: str
+    kind: str
+    position: int
+    status: str = StepStatus.PENDING.value
+    tries: int = 0
+    inputs: dict[str, Any] | None = None
+    output: str | None = None
+    error: str | None = None
+    stderr: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+@dataclass
+class _Run:
+    record: RunRecord
+    steps: dict[str, _Step] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """A private store that lives as long as the object (see :class:`RunStore`)."""
+
+    def __init__(self, *, opened: bool = False) -> None:
+        self._runs: dict[str, _Run] = {}
+        self._open = opened
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` has run."""
+        return self._open
+
+    @property
+    def shown_url(self) -> str:
+        """A name for messages."""
+        return "memory://"
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._runs)} runs)"
+
+    async def open(self) -> MemoryStore:
+        """Nothing to connect to."""
+        self._open = True
+        return self
+
+    async def close(self) -> None:
+        """Keeps the data: a test may read it after the run."""
+        self._open = False
+
+    async def __aenter__(self) -> MemoryStore:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _run(self, run_id: str) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        return run
+
+    def _set(self, run: _Run, **changes: Any) -> None:
+        run.record = replace(run.record, **changes)
+
+    # --- writing -------------------------------------------------------------
+
+    async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
+                         trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
+                         owner: str | None = None, lease_seconds: float = 30,
+                         previous_run_id: str | None = None) -> datetime:
+        """Record a run (``running`` under ``owner``'s lease, else ``queued``)."""
+        if run_id in self._runs:
+            raise StoreError(f"run {run_id} already exists")
+        now = utcnow()
+        record = RunRecord(
+            id=run_id, workflow=workflow, definition_hash=definition_hash,
+            status=RunStatus.RUNNING.value if owner else RunStatus.QUEUED.value, trigger=trigger,
+            error=None, previous_run_id=previous_run_id, created_at=now,
+            started_at=now if owner else None, ended_at=None, cancel_requested=False,
+            lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds) if owner else None)
+        self._runs[run_id] = _Run(record, {name: _Step(name, kind, i)
+                                           for i, (name, kind) in enumerate(step_rows)})
+        return now
+
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        """Take a queued run, or a running one whose lease expired."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return False
+        r, now = run.record, utcnow()
+        expired = r.status == RunStatus.RUNNING.value and (
+            r.lease_expires_at is None or r.lease_expires_at < now)
+        if r.status != RunStatus.QUEUED.value and not expired:
+            return False
+        self._set(run, status=RunStatus.RUNNING.value, lease_owner=owner,
+                  lease_expires_at=now + timedelta(seconds=lease_seconds),
+                  started_at=r.started_at or now)
+        return True
+
+    async def set_previous_run(self, run_id: str, previous_run_id: str | None) -> None:
+        """Record which run ``{previous.X}`` reads from."""
+        self._set(self._run(run_id), previous_run_id=previous_run_id)
+
+    async def heartbeat(self, run_id: str, owner: str,
+                        lease_seconds: float | None) -> tuple[bool, bool]:
+        """Renew the lease; return (still ours, cancel requested)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return False, True
+        if lease_seconds is not None and run.record.lease_owner == owner:
+            self._set(run, lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+        return run.record.lease_owner == owner, run.record.cancel_requested
+
+    async def step_running(self, run_id: str, name: str, *, inputs: dict[str, Any],
+                           tries: int, started_at: datetime) -> None:
+        """Mark a step ``running``."""
+        step = self._run(run_id).steps[name]
+        step.status, step.inputs, step.tries = StepStatus.RUNNING.value, copy.deepcopy(inputs), tries
+        step.started_at, step.ended_at, step.error = started_at, None, None
+
+    async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
+                            ended_at: datetime, output: str | None = None,
+                            error: str | None = None, stderr: str | None = None,
+                            inputs: dict[str, Any] | None = None) -> None:
+        """Record a step's end."""
+        step = self._run(run_id).steps[name]
+        step.status, step.tries, step.ended_at = status.value, tries, ended_at
+        step.output, step.error, step.stderr = output, error, stderr
+        if inputs is not None:
+            step.inputs = copy.deepcopy(inputs)
+
+    async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
+                          error: str | None = None) -> None:
+        """Mark several steps ``skipped`` or ``cancelled``."""
+        run, now = self._run(run_id), utcnow()
+        for name in names:
+            step = run.steps[name]
+            step.status, step.ended_at, step.error = status.value, now, error
+
+    async def reset_steps(self, run_id: str, names: Iterable[str]) -> None:
+        """Put unfinished steps back to ``pending``."""
+        run = self._run(run_id)
+        for name in names:
+            step = run.steps[name]
+            step.status, step.ended_at, step.output, step.error = StepStatus.PENDING.value, None, None, None
+
+    async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None) -> datetime:
+        """Record the run's end and release its lease."""
+        now = utcnow()
+        self._set(self._run(run_id), status=status.value, error=error, ended_at=now,
+                  lease_owner=None, lease_expires_at=None)
+        return now
+
+    async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
+        """Ask a run to stop; a queued run is cancelled at once."""
+        run = self._run(await self.resolve_id(run_id))
+        if run.record.status in FINISHED_RUN:
+            return _result(run, with_steps=False), False
+        self._set(run, cancel_requested=True)
+        if run.record.status == RunStatus.QUEUED.value:
+            now = utcnow()
+            self._set(run, status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now)
+            for step in run.steps.values():
+                if step.status == StepStatus.PENDING.value:
+                    step.status, step.ended_at = StepStatus.CANCELLED.value, now
+        return _result(run, with_steps=False), True
+
+    async def prune(self, finished_before: datetime) -> int:
+        """Delete finished runs that ended before ``finished_before``."""
+        old = [rid for rid, run in self._runs.items()
+               if run.record.status in FINISHED_RUN and run.record.ended_at is not None
+               and run.record.ended_at < finished_before]
+        for rid in old:
+            del self._runs[rid]
+        return len(old)
+
+    # --- reading -------------------------------------------------------------
+
+    async def resolve_id(self, run_id: str) -> str:
+        """The full id of the one run whose id is or starts with ``run_id``."""
+        if not run_id or not all(c in "0123456789abcdef" for c in run_id.lower()):
+            raise RunNotFound(f"no run {run_id!r}: run ids are hexadecimal")
+        found = [rid for rid in self._runs if rid.startswith(run_id.lower())]
+        if not found:
+            raise RunNotFound(f"no run {run_id!r}")
+        if len(found) > 1:
+            raise RunNotFound(f"run id prefix {run_id!r} is ambiguous: give more characters")
+        return found[0]
+
+    async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult:
+        """One run by id or unique prefix, with its steps in call order."""
+        return _result(self._run(await self.resolve_id(run_id)), with_steps=with_steps)
+
+    async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
+                        limit: int = 20) -> list[RunResult]:
+        """The newest runs first, without their steps."""
+        runs = [r for r in self._runs.values()
+                if (not workflow or r.record.workflow == workflow)
+                and (not status or r.record.status == status)]
+        runs.sort(key=lambda r: r.record.created_at, reverse=True)
+        return [_result(r, with_steps=False) for r in runs[:limit]]
+
+    async def run_row(self, run_id: str) -> RunRecord | None:
+        """The run's own record."""
+        run = self._runs.get(run_id)
+        return None if run is None else run.record
+
+    async def latest_succeeded_run(self, workflow: str, before: datetime) -> str | None:
+        """The latest succeeded run of ``workflow`` that ended by ``before``."""
+        done = [r.record for r in self._runs.values()
+                if r.record.workflow == workflow and r.record.status == RunStatus.SUCCEEDED.value
+                and r.record.ended_at is not None and r.record.ended_at <= before]
+        return max(done, key=lambda r: r.ended_at or before).id if done else None
+
+    async def step_outputs(self, run_id: str, *, succeeded_only: bool = True) -> dict[str, str]:
+        """``{step name: output}`` of a run's (succeeded) steps."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return {}
+        return {s.name: s.output or "" for s in run.steps.values()
+                if not succeeded_only or s.status == StepStatus.SUCCEEDED.value}
+
+    async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]:
+        """``{step name: (status, tries)}``."""
+        run = self._runs.get(run_id)
+        return {} if run is None else {s.name: (s.status, s.tries) for s in run.steps.values()}
+
+    async def expired_runs(self) -> list[str]:
+        """Running runs whose lease expired."""
+        now = utcnow()
+        return [rid for rid, r in self._runs.items()
+                if r.record.status == RunStatus.RUNNING.value
+                and r.record.lease_expires_at is not None and r.record.lease_expires_at < now]
+
+
+def _result(run: _Run, *, with_steps: bool) -> RunResult:
+    r = run.record
+    steps = {} if not with_steps else {
+        s.name: StepResult(name=s.name, kind=s.kind, status=StepStatus(s.status),
+                           inputs=copy.deepcopy(s.inputs) if s.inputs else {}, output=s.output,
+                           error=s.error, tries=s.tries, stderr=s.stderr, started_at=s.started_at,
+                           ended_at=s.ended_at)
+        for s in sorted(run.steps.values(), key=lambda s: s.position)}
+    return RunResult(run_id=r.id, workflow=r.workflow, status=RunStatus(r.status), error=r.error,
+                     trigger=r.trigger, created_at=r.created_at, started_at=r.started_at,
+                     ended_at=r.ended_at, previous_run_id=r.previous_run_id, steps=steps)

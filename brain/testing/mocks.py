@@ -1,0 +1,173 @@
+"""``run_workflow``: run a workflow with mocked steps on an in-memory store.
+
+The real runner and the real placeholder rules run; only the steps' work is
+replaced. A mocked step's inputs are resolved exactly as a real run would
+send them (each executor's own ``prepare``), then the mock answers instead of
+the process, the HTTP call or the MCP server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from brain._errors import StepFailed
+from brain.executors import Executor, default_executors
+from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
+from brain.executors.function import output_text
+from brain.results import RunResult
+
+if TYPE_CHECKING:
+    from brain.dsl.workflow import Workflow
+    from brain.store.base import RunStore
+
+KINDS = ("shell", "llm", "mcp_tool", "step")
+Mock = str | Callable[["MockCall"], Any] | Callable[["MockCall"], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class MockCall:
+    """What a mock receives, and what the result records: one try of one step."""
+
+    name: str
+    kind: str
+    inputs: dict[str, Any]
+    try_number: int
+
+
+class MockedRunResult(RunResult):
+    """A :class:`RunResult` plus ``calls``: each mocked step's calls, tries included."""
+
+    calls: dict[str, list[MockCall]] = Field(default_factory=dict)
+
+
+@dataclass
+class _Mocking:
+    mocks: Mapping[str, Mock]
+    step_names: frozenset[str]
+    strict: bool
+    calls: dict[str, list[MockCall]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def mock_for(self, name: str, kind: str) -> Mock | None:
+        if name in self.mocks:
+            return self.mocks[name]
+        if kind in self.mocks and kind not in self.step_names:
+            return self.mocks[kind]
+        return None
+
+
+class _MockingExecutor:
+    """Wraps a real executor: real ``prepare``; the mock (or, unless strict, the real work)."""
+
+    def __init__(self, real: Executor, mocking: _Mocking) -> None:
+        self.real = real
+        self.kind = real.kind
+        self.mocking = mocking
+
+    def prepare(self, spec: Any, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
+        is_mocked = self.mocking.mock_for(spec.name, spec.kind) is not None
+        return self.real.prepare(spec, resolve, mocked=is_mocked)
+
+    async def execute(self, spec: Any, prepared: PreparedStep, ctx: StepContext) -> StepOutput:
+        mock = self.mocking.mock_for(spec.name, spec.kind)
+        if mock is None:
+            if self.mocking.strict:
+                raise StepFailed(f"step {spec.name!r} ({spec.kind}) is not mocked and strict=True: "
+                                 f"add mocks={{{spec.name!r}: ...}}", retryable=False)
+            return await self.real.execute(spec, prepared, ctx)
+        with self.mocking.lock:
+            calls = self.mocking.calls.setdefault(spec.name, [])
+            call = MockCall(spec.name, spec.kind, dict(prepared.inputs), len(calls) + 1)
+            calls.append(call)
+        if isinstance(mock, str):
+            return StepOutput(output=mock)
+        value = mock(call)
+        if inspect.isawaitable(value):
+            value = await value
+        return StepOutput(output=output_text(value))
+
+    async def close(self) -> None:
+        close = getattr(self.real, "close", None)
+        if close is not None:
+            await close()
+
+
+def _check_mocks(wf: Workflow, mocks: Mapping[str, Mock]) -> frozenset[str]:
+    names = frozenset(s.name for s in wf.spec.steps)
+    for key, mock in mocks.items():
+        if key not in names and key not in KINDS:
+            raise ValueError(f"mock key {key!r} names no step of workflow {wf.name!r} and no step "
+                             f"kind ({', '.join(KINDS)}); its steps are: {', '.join(sorted(names))}")
+        if not (isinstance(mock, str) or callable(mock)):
+            raise TypeError(f"mock {key!r} must be the output string or a callable, not "
+                            f"{type(mock).__name__}")
+    return names
+
+
+async def arun_workflow(wf: Workflow, trigger: object = None, *,
+                        mocks: Mapping[str, Mock] | None = None, strict: bool = False,
+                        previous: Mapping[str, str] | None = None,
+                        store: RunStore | None = None) -> MockedRunResult:
+    """Async form of :func:`run_workflow`."""
+    from brain.runner import run_workflow_now
+    from brain.store.memory import MemoryStore
+
+    mocks = dict(mocks or {})
+    mocking = _Mocking(mocks, _check_mocks(wf, mocks), strict)
+    executors = {kind: _MockingExecutor(real, mocking) for kind, real in default_executors().items()}
+    own = store is None
+    st: RunStore = store if store is not None else MemoryStore()
+    if not st.is_open:
+        await st.open()
+    try:
+        result = await run_workflow_now(wf, trigger, store=st, executors=executors,
+                                        previous_outputs=None if previous is None else dict(previous))
+    finally:
+        if own:
+            await st.close()
+    return MockedRunResult(**dict(result), calls=mocking.calls)
+
+
+def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mock] | None = None,
+                 strict: bool = False, previous: Mapping[str, str] | None = None,
+                 store: RunStore | None = None) -> MockedRunResult:
+    """Run ``wf`` with the real runner on an in-memory store, with mocked steps.
+
+    ``mocks`` maps a step name — or a kind, ``"shell"``, ``"llm"``,
+    ``"mcp_tool"``, ``"step"``, for every step of that kind — to the output
+    string or to a callable that gets a :class:`MockCall` and returns the
+    output (or raises to fail the step; retries and halting then behave as in
+    a real run). Unmocked steps run for real unless ``strict=True``.
+    ``previous`` seeds ``{previous.X}``.
+
+    >>> r = run_workflow(daily_digest, trigger={"body": "db outage"},    # doctest: +SKIP
+    ...                  mocks={"recall": "memo A", "llm": "short"})
+    >>> r.steps["fast"].inputs["prompt"]                                  # doctest: +SKIP
+    'Two sentences: memo A'
+    """
+    coro = arun_workflow(wf, trigger, mocks=mocks, strict=strict, previous=previous, store=store)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = asyncio.run(coro)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="brain-run-workflow")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]  # type: ignore[no-any-return]
