@@ -22,9 +22,8 @@ SERVER = Path(__file__).resolve().parent / "_mcp_server.py"
 
 
 async def bare_cycle() -> float:
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-
     import mcp_types as types
+    from mcp import ClientSession, StdioServerParameters, stdio_client
 
     t0 = time.perf_counter()
     params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
