@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 #: Every workflow defined in this process, by name; a new definition replaces the old.
 REGISTRY: dict[str, Workflow] = {}
+#: The server service running in this process (set by ``BrainPlugin``), for ``enqueue``.
+ACTIVE_SERVICE: Any = None
 
 
 class Workflow:
@@ -65,6 +67,31 @@ class Workflow:
         from brain.runner import run_workflow_now
 
         return await run_workflow_now(self, trigger, store=store, on_event=on_event)
+
+    async def enqueue(self, body: object = None, *, headers: dict[str, str] | None = None) -> str:
+        """Queue a run for the executors and return its id (committed before this returns).
+
+        Inside a process serving The Brain (``BrainPlugin``) the run goes to that
+        server's queue; otherwise it is written to ``BRAIN_DATABASE_URL`` for a
+        running ``brain serve`` or ``brain worker`` to take.
+        """
+        from brain.results import TriggerData
+
+        trigger = TriggerData.from_input({"body": body, "headers": headers or {}}, event="manual")
+        service = ACTIVE_SERVICE
+        if service is not None and service.workflows.get(self.name) is self:
+            run_id, _ = await service.enqueue(self, trigger, trigger_key="api")
+            return str(run_id)
+        import uuid
+
+        from brain.store import Store
+
+        async with Store() as store:
+            run_id, _ = await store.enqueue_run(
+                run_id=uuid.uuid4().hex, workflow=self.name, definition_hash=self.definition_hash,
+                trigger=trigger, step_rows=[(s.name, s.kind) for s in self.spec.steps],
+                trigger_key="api")
+        return str(run_id)
 
     def run(self, trigger: object = None, *, store: RunStore | str | None = None,
             on_event: EventHandler | None = None) -> RunResult:

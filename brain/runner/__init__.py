@@ -20,8 +20,8 @@ from brain.store.store import utcnow
 if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
 
-__all__ = ["EventHandler", "StepEvent", "execute_run", "new_owner", "resume_run",
-           "run_workflow_now"]
+__all__ = ["EventHandler", "StepEvent", "execute_claimed", "execute_run", "new_owner",
+           "resume_run", "run_workflow_now"]
 
 WORKFLOW_CHANGED = "workflow changed since the run started"
 
@@ -88,10 +88,22 @@ async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str 
     when the run could not be claimed (another executor has it, or it ended).
     """
     owner = owner or new_owner()
-    lease = lease_seconds()
     before = await store.run_row(run_id)
-    if before is None or not await store.claim_run(run_id, owner, lease):
+    if before is None or not await store.claim_run(run_id, owner, lease_seconds()):
         return None
+    return await execute_claimed(wf, store, run_id, owner, first_start=before.started_at is None,
+                                 on_event=on_event, executors=executors)
+
+
+async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str, *,
+                          first_start: bool, on_event: EventHandler | None = None,
+                          executors: Mapping[str, Executor] | None = None) -> RunResult:
+    """Execute a run this ``owner`` has just claimed (see :func:`execute_run`).
+
+    ``first_start``: the run was queued until now, so ``{previous.X}`` is
+    chosen now (and stored, so a resume sees the same values).
+    """
+    lease = lease_seconds()
     row = await store.run_row(run_id)
     assert row is not None
     if row.definition_hash != wf.definition_hash or row.workflow != wf.name:
@@ -103,9 +115,7 @@ async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str 
         return await store.get_run(run_id)
     trigger = row.trigger
     previous = row.previous_run_id
-    if before.started_at is None and any(s.previous_refs for s in wf.spec.steps):
-        # First start of a queued run: {previous.X} is read as of now, and remembered
-        # so a resume sees the same values.
+    if first_start and any(s.previous_refs for s in wf.spec.steps):
         previous = await store.latest_succeeded_run(wf.name, utcnow())
         await store.set_previous_run(run_id, previous)
     states = await store.step_states(run_id)

@@ -23,6 +23,7 @@ from brain._errors import RunNotFound, StoreError
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
 from brain.store import schema
 from brain.store.base import RunRecord
+from brain.store.queue import QueueMixin
 from brain.store.tables import metadata, runs, steps
 
 DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
@@ -47,7 +48,7 @@ def redact_url(url: str) -> str:
         return "<unparseable database URL>"
 
 
-class Store:
+class Store(QueueMixin):
     """Where runs are recorded. ``Store()`` uses ``BRAIN_DATABASE_URL``.
 
     >>> async with Store("sqlite+aiosqlite:///runs.db") as store:   # doctest: +SKIP

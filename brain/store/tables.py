@@ -10,7 +10,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision this code expects; a test checks it is the migrations' head.
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 metadata = MetaData()
 
@@ -55,9 +55,22 @@ runs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("lease_owner", String(200)),
     Column("lease_expires_at", UTCDateTime),
+    Column("trigger_key", String(100)),
+    Column("delivery_id", String(200)),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
     Index("ix_brain_runs_status", "status"),
     Index("ix_brain_runs_created", "created_at"),
+    Index("ux_brain_runs_delivery", "workflow", "delivery_id", unique=True),
+)
+
+# One row per schedule fire: the primary key is what makes a fire run once across servers.
+fires = Table(
+    "brain_fires", metadata,
+    Column("workflow", String(200), primary_key=True),
+    Column("trigger_key", String(100), primary_key=True),
+    Column("fire_time", UTCDateTime, primary_key=True),
+    Column("run_id", String(32)),
+    Column("claimed_at", UTCDateTime, nullable=False),
 )
 
 steps = Table(

@@ -1,0 +1,188 @@
+"""The durable queue and schedule claims (SQL): what the server's triggers and executors use.
+
+Mixed into :class:`brain.store.Store`; every trigger only creates queued runs
+here, and executors take them with :meth:`QueueMixin.claim_next`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from brain._errors import StoreError
+from brain.results import RunStatus, StepStatus, TriggerData
+from brain.store.tables import fires, runs, steps
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+_ACTIVE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+
+
+class QueueFull(StoreError):
+    """More than ``BRAIN_MAX_QUEUED_RUNS`` runs are queued: try again later."""
+
+
+class QueueMixin:
+    """Queue operations; needs ``engine``, ``_one`` and ``_rows`` from the store."""
+
+    @property
+    def engine(self) -> AsyncEngine:
+        raise NotImplementedError
+
+    async def _one(self, statement: Any, params: dict[str, Any] | None = None) -> Any:
+        raise NotImplementedError
+
+    async def _rows(self, query: Any) -> list[Any]:
+        raise NotImplementedError
+
+    async def enqueue_run(self, *, run_id: str, workflow: str, definition_hash: str,
+                          trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
+                          trigger_key: str | None = None, delivery_id: str | None = None,
+                          fire_time: datetime | None = None,
+                          max_queued: int | None = None) -> tuple[str | None, bool]:
+        """Commit a queued run (and its schedule fire claim) in one transaction.
+
+        Returns ``(run_id, True)`` when created; ``(first_run_id, False)`` for a
+        repeated ``delivery_id``; ``(None, False)`` when ``fire_time`` was
+        already claimed. Raises :class:`QueueFull` over ``max_queued``.
+        """
+        from brain.store.store import utcnow
+
+        if delivery_id is not None:
+            found = await self._rows(select(runs.c.id).where(runs.c.workflow == workflow,
+                                                             runs.c.delivery_id == delivery_id))
+            if found:
+                return str(found[0].id), False
+        if max_queued is not None and await self.count_queued() >= max_queued:
+            raise QueueFull(f"{max_queued} runs are already queued")
+        now = utcnow()
+        row = dict(id=run_id, workflow=workflow, definition_hash=definition_hash,
+                   status=RunStatus.QUEUED.value, trigger_event=trigger.event,
+                   trigger_body=trigger.body, trigger_path=trigger.path,
+                   trigger_headers=json.dumps(trigger.headers), created_at=now,
+                   cancel_requested=False, trigger_key=trigger_key, delivery_id=delivery_id)
+        step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
+                            status=StepStatus.PENDING.value, tries=0)
+                       for i, (name, kind) in enumerate(step_rows)]
+        try:
+            async with self.engine.begin() as conn:
+                if fire_time is not None:
+                    await conn.execute(insert(fires), dict(
+                        workflow=workflow, trigger_key=trigger_key or "", fire_time=fire_time,
+                        run_id=run_id, claimed_at=now))
+                await conn.execute(insert(runs), row)
+                if step_values:
+                    await conn.execute(insert(steps), step_values)
+        except IntegrityError:
+            if fire_time is not None:
+                return None, False
+            if delivery_id is not None:  # the same delivery raced in on another server
+                found = await self._rows(select(runs.c.id).where(
+                    runs.c.workflow == workflow, runs.c.delivery_id == delivery_id))
+                if found:
+                    return str(found[0].id), False
+            raise
+        return run_id, True
+
+    async def claim_fire(self, workflow: str, trigger_key: str, fire_time: datetime) -> bool:
+        """Claim a fire without a run (a skipped fire still counts as handled)."""
+        from brain.store.store import utcnow
+
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(insert(fires), dict(workflow=workflow, trigger_key=trigger_key,
+                                                       fire_time=fire_time, run_id=None,
+                                                       claimed_at=utcnow()))
+        except IntegrityError:
+            return False
+        return True
+
+    async def last_fire(self, workflow: str, trigger_key: str) -> datetime | None:
+        """The latest claimed fire time of a schedule, if any."""
+        found = await self._rows(select(func.max(fires.c.fire_time)).where(
+            fires.c.workflow == workflow, fires.c.trigger_key == trigger_key))
+        value = found[0][0] if found else None
+        if value is None:
+            return None
+        from brain.store.tables import UTCDateTime
+
+        if isinstance(value, str):  # SQLite aggregates lose the column type
+            value = datetime.fromisoformat(value)
+        return UTCDateTime().process_result_value(value, self.engine.dialect)
+
+    async def count_queued(self) -> int:
+        """How many runs wait in the queue."""
+        found = await self._rows(select(func.count()).select_from(runs)
+                                 .where(runs.c.status == RunStatus.QUEUED.value))
+        return int(found[0][0])
+
+    async def count_active(self, *, workflow: str | None = None, trigger_key: str | None = None,
+                           status: str | None = None) -> int:
+        """Queued and running runs (or only ``status``), optionally of one workflow/trigger."""
+        query = select(func.count()).select_from(runs)
+        query = query.where(runs.c.status == status) if status else \
+            query.where(runs.c.status.in_(_ACTIVE))
+        if workflow is not None:
+            query = query.where(runs.c.workflow == workflow)
+        if trigger_key is not None:
+            query = query.where(runs.c.trigger_key == trigger_key)
+        found = await self._rows(query)
+        return int(found[0][0])
+
+    async def claim_next(self, workflows: Sequence[str], owner: str,
+                         lease_seconds: float) -> str | None:
+        """Take the oldest queued run of one of ``workflows``; its id, or ``None``.
+
+        PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so each run goes to exactly one
+        executor. SQLite has one serving process per file; the conditional
+        update still makes a double claim impossible.
+        """
+        from brain.store.store import utcnow
+
+        if not workflows:
+            return None
+        pick = (select(runs.c.id).where(runs.c.status == RunStatus.QUEUED.value,
+                                        runs.c.workflow.in_(list(workflows)))
+                .order_by(runs.c.created_at).limit(1))
+        for _ in range(5):
+            now = utcnow()
+            values = dict(status=RunStatus.RUNNING.value, lease_owner=owner,
+                          lease_expires_at=now + timedelta(seconds=lease_seconds), started_at=now)
+            if self.engine.dialect.name == "postgresql":
+                async with self.engine.begin() as conn:
+                    run_id = (await conn.execute(pick.with_for_update(skip_locked=True))).scalar()
+                    if run_id is None:
+                        return None
+                    await conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+                    return str(run_id)
+            found = await self._rows(pick)
+            if not found:
+                return None
+            run_id = str(found[0].id)
+            result = await self._one(update(runs).where(
+                runs.c.id == run_id, runs.c.status == RunStatus.QUEUED.value).values(**values))
+            if result.rowcount:
+                return run_id
+        return None
+
+    async def fail_queued(self, workflow: str, error: str) -> int:
+        """Fail every queued run of ``workflow`` (it is no longer loaded)."""
+        from brain.store.store import utcnow
+
+        result = await self._one(update(runs).where(runs.c.workflow == workflow,
+                                                    runs.c.status == RunStatus.QUEUED.value)
+                                 .values(status=RunStatus.FAILED.value, error=error,
+                                         ended_at=utcnow()))
+        return int(result.rowcount or 0)
+
+    async def runs_of(self, owner: str) -> list[str]:
+        """Running runs held by ``owner``'s lease."""
+        rows = await self._rows(select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
+                                                        runs.c.lease_owner == owner))
+        return [str(r.id) for r in rows]
