@@ -34,6 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="FILE[:WORKFLOW]")
     p.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
 
+    p = sub.add_parser("serve", help="API, web page, schedules, webhooks, watchers and executors")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="workflow files or folders (default: .)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="runs executed at once by this process (BRAIN_CONCURRENCY, default 4)")
+    p.add_argument("--reload", action="store_true", help="reload workflow files when they change")
+
+    p = sub.add_parser("worker", help="execute queued runs only (no HTTP, no triggers)")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="workflow files or folders (default: .)")
+    p.add_argument("--concurrency", type=int, default=None)
+
     p = sub.add_parser("runs", help="list recent runs")
     p.add_argument("--workflow", default=None)
     p.add_argument("--status", default=None,

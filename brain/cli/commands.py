@@ -197,7 +197,20 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from brain.cli.serve import cmd_serve as serve
+
+    return serve(args)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from brain.cli.serve import cmd_worker as worker
+
+    return worker(args)
+
+
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
     "cancel": cmd_cancel, "prune": cmd_prune, "db": cmd_db, "mcp": cmd_mcp,
+    "serve": cmd_serve, "worker": cmd_worker,
 }

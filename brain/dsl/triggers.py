@@ -39,15 +39,15 @@ class CronTrigger(_Trigger):
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
         try:
-            zone = ZoneInfo(self.timezone)
+            ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError):
             return f"unknown time zone {self.timezone!r} (use an IANA name such as 'Europe/Bucharest')"
         if len(self.expr.split()) != 5:
             return f"bad cron expression {self.expr!r}: it needs 5 fields (minute hour day month weekday)"
-        from apscheduler.triggers.cron import CronTrigger as _Cron
+        from brain.triggers.schedule import parse_cron
 
         try:
-            _Cron.from_crontab(self.expr, timezone=zone)
+            parse_cron(self.expr)
         except ValueError as exc:
             return f"bad cron expression {self.expr!r}: {exc}"
         return None

@@ -26,8 +26,12 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 
 
 def _upgrade(conn: Connection) -> None:
+    import logging
+
     from alembic import command
     from alembic.config import Config
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))

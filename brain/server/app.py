@@ -1,0 +1,106 @@
+"""``create_app`` and ``BrainPlugin``: The Brain as a Litestar application or plugin."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from litestar import Litestar
+from litestar.config.app import AppConfig
+from litestar.openapi import OpenAPIConfig
+from litestar.plugins import InitPluginProtocol
+
+from brain._version import __version__
+from brain.server.service import BrainService
+
+if TYPE_CHECKING:
+    from brain.dsl.workflow import Workflow
+    from brain.store import Store
+
+log = logging.getLogger("brain.server")
+
+
+def _workflows(items: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str, Workflow]
+               ) -> dict[str, Workflow]:
+    from brain._errors import WorkflowLoadError
+    from brain.dsl.workflow import Workflow
+    from brain.loader import discover
+
+    if isinstance(items, Mapping):
+        return dict(items)
+    found: dict[str, Workflow] = {}
+    paths: list[str] = []
+    for item in items:
+        if isinstance(item, Workflow):
+            if item.name in found:
+                raise WorkflowLoadError(f"workflow {item.name!r} is given twice")
+            found[item.name] = item
+        else:
+            paths.append(os.fspath(item))
+    for name, wf in discover(paths).items() if paths else ():
+        if name in found:
+            raise WorkflowLoadError(f"workflow {name!r} is defined twice")
+        found[name] = wf
+    return found
+
+
+def _workflow_module() -> Any:
+    # `brain.dsl.workflow` is also the name of the decorator, so fetch the module itself.
+    return importlib.import_module("brain.dsl.workflow")
+
+
+class BrainPlugin(InitPluginProtocol):
+    """Adds The Brain's routes, executors, schedules and watchers to a Litestar app.
+
+    >>> app = Litestar(route_handlers=[my_routes], plugins=[BrainPlugin([digest])])  # doctest: +SKIP
+
+    Handlers of the host app can then queue runs with ``await wf.enqueue(body=...)``.
+    """
+
+    def __init__(self, workflows: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str, Workflow],
+                 *, store: Store | None = None, concurrency: int | None = None,
+                 execute: bool = True, triggers: bool = True, page: bool = True) -> None:
+        self.service = BrainService(_workflows(workflows), store=store, concurrency=concurrency,
+                                    execute=execute, triggers=triggers)
+        self.page = page
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        """Register routes, state and the start-up/shut-down hooks."""
+        from brain.server.page import PAGES
+        from brain.server.routes import ROUTES
+
+        app_config.route_handlers.extend(ROUTES)
+        if self.page:
+            app_config.route_handlers.extend(PAGES)
+        app_config.state["brain"] = self.service
+        app_config.on_startup.append(self._startup)
+        app_config.on_shutdown.append(self._shutdown)
+        return app_config
+
+    async def _startup(self, app: Litestar) -> None:
+        await self.service.start()
+        _workflow_module().ACTIVE_SERVICE = self.service
+
+    async def _shutdown(self, app: Litestar) -> None:
+        module = _workflow_module()
+        if module.ACTIVE_SERVICE is self.service:
+            module.ACTIVE_SERVICE = None
+        await self.service.stop()
+
+
+def create_app(workflows_or_paths: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str, Workflow],
+               *, store: Store | None = None, concurrency: int | None = None,
+               execute: bool = True, triggers: bool = True) -> Litestar:
+    """The Litestar application ``brain serve`` runs: API, webhooks, page and executors."""
+    plugin = BrainPlugin(workflows_or_paths, store=store, concurrency=concurrency,
+                         execute=execute, triggers=triggers)
+    return Litestar(
+        plugins=[plugin], debug=False, logging_config=None,
+        openapi_config=OpenAPIConfig(title="The Brain", version=__version__, path="/schema"),
+    )
+
+
+__all__ = ["BrainPlugin", "create_app"]

@@ -1,0 +1,207 @@
+"""HTTP routes (Litestar). Thin: each handler checks input and calls the service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from litestar import Request, Response, get, post
+from litestar.connection import ASGIConnection
+from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException
+from litestar.handlers.base import BaseRouteHandler
+
+from brain._errors import RunNotFound
+from brain.results import TriggerData
+from brain.server import security, webhooks
+from brain.server.service import BrainService
+from brain.store.queue import QueueFull
+
+RETRY_AFTER_SECONDS = "5"
+
+
+def service_of(connection: ASGIConnection[Any, Any, Any, Any]) -> BrainService:
+    """The app's :class:`BrainService` (put in app state by the plugin)."""
+    service: BrainService = connection.app.state["brain"]
+    return service
+
+
+def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard for ``/api`` and the page: the bearer token, or loopback-only without one."""
+    token = security.api_token()
+    if token is not None:
+        header = connection.headers.get("authorization")
+        cookie = connection.cookies.get("brain_token")
+        if not security.token_matches(header, token) and not (
+                cookie and security.token_matches(f"Bearer {cookie}", token)):
+            raise NotAuthorizedException(detail="missing or wrong bearer token")
+        return
+    problem = security.loopback_problem(connection.headers.get("host"),
+                                        connection.headers.get("origin"))
+    if problem:
+        raise NotAuthorizedException(detail=problem)
+
+
+def _queue_full(exc: QueueFull) -> HTTPException:
+    return HTTPException(status_code=429, detail=f"too many queued runs ({exc}); retry later",
+                         headers={"Retry-After": RETRY_AFTER_SECONDS})
+
+
+@dataclass
+class RunRequest:
+    """Body of ``POST /api/workflows/{name}/runs``."""
+
+    body: Any = None
+    wait: bool = False
+
+
+@dataclass
+class RunAccepted:
+    """A queued run."""
+
+    run_id: str
+
+
+@dataclass
+class RunEnded:
+    """A run that ended while the caller waited."""
+
+    run_id: str
+    status: str
+    error: str | None
+
+
+@get("/health", sync_to_thread=False)
+def health() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@get("/api/workflows", guards=[require_api_access])
+async def list_workflows(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    """Every loaded workflow with its triggers."""
+    service = service_of(request)
+    return [_workflow_summary(wf, service) for wf in service.workflows.values()]
+
+
+@get("/api/workflows/{name:str}", guards=[require_api_access])
+async def get_workflow(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+    """One workflow: steps, edges, triggers and next fire times."""
+    service = service_of(request)
+    wf = service.workflows.get(name)
+    if wf is None:
+        raise NotFoundException(detail=f"no workflow {name!r}")
+    data = _workflow_summary(wf, service)
+    data["steps"] = [{"name": s.name, "kind": s.kind, "upstream": list(s.upstream)}
+                     for s in wf.spec.steps]
+    data["edges"] = [list(e) for e in wf.graph.edges]
+    return data
+
+
+def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
+    from brain.triggers.schedule import next_fire
+
+    now = datetime.now(UTC)
+    triggers = []
+    for i, trig in enumerate(wf.triggers):
+        item = trig.model_dump(mode="json")
+        if trig.type in ("cron", "every"):
+            upcoming = next_fire(trig, now)
+            item["next_fire"] = upcoming.isoformat() if upcoming else None
+        if trig.type == "webhook":
+            item["url_path"] = f"/hooks/{(trig.path or wf.name).strip('/')}"
+            item.pop("secret_env", None)
+        item["key"] = f"{trig.type}:{i}"
+        triggers.append(item)
+    return {"name": wf.name, "description": wf.description, "steps_count": len(wf.spec.steps),
+            "max_concurrent_runs": wf.spec.max_concurrent_runs, "triggers": triggers}
+
+
+@post("/api/workflows/{name:str}/runs", guards=[require_api_access], status_code=202)
+async def start_run(request: Request[Any, Any, Any], name: str,
+                    data: RunRequest) -> Response[Any]:
+    """Queue a run; with ``wait``, answer when it ends (or 202 after 30 s)."""
+    service = service_of(request)
+    wf = service.workflows.get(name)
+    if wf is None:
+        raise NotFoundException(detail=f"no workflow {name!r}")
+    trigger = TriggerData.from_input({"body": data.body}, event="manual")
+    try:
+        run_id, _ = await service.enqueue(wf, trigger, trigger_key="api")
+    except QueueFull as exc:
+        raise _queue_full(exc) from None
+    assert run_id is not None
+    return await _answer(service, run_id, data.wait, 30.0)
+
+
+async def _answer(service: BrainService, run_id: str, wait: bool, seconds: float) -> Response[Any]:
+    if wait:
+        ended = await service.wait_for(run_id, seconds)
+        if ended is not None:
+            return Response(RunEnded(run_id, str(ended.status), ended.error), status_code=200)
+    return Response(RunAccepted(run_id), status_code=202)
+
+
+@get("/api/runs", guards=[require_api_access])
+async def list_runs(request: Request[Any, Any, Any], workflow: str | None = None,
+                    status: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+    """Recent runs, newest first."""
+    if not 1 <= limit <= 1000:
+        raise HTTPException(status_code=400, detail="limit must be from 1 to 1000")
+    runs = await service_of(request).store.list_runs(workflow=workflow, status=status, limit=limit)
+    return [r.to_json_dict() for r in runs]
+
+
+@get("/api/runs/{run_id:str}", guards=[require_api_access])
+async def get_run(request: Request[Any, Any, Any], run_id: str) -> dict[str, Any]:
+    """One run with its steps in call order (a unique id prefix will do)."""
+    try:
+        run = await service_of(request).store.get_run(run_id)
+    except RunNotFound as exc:
+        raise NotFoundException(detail=str(exc)) from None
+    return run.to_json_dict()
+
+
+@post("/api/runs/{run_id:str}/cancel", guards=[require_api_access], status_code=202)
+async def cancel_run(request: Request[Any, Any, Any], run_id: str) -> dict[str, Any]:
+    """Ask a run to stop; its executor stops it within a second."""
+    try:
+        run, active = await service_of(request).store.request_cancel(run_id)
+    except RunNotFound as exc:
+        raise NotFoundException(detail=str(exc)) from None
+    if not active:
+        raise HTTPException(status_code=409, detail=f"run {run.run_id} already ended ({run.status})")
+    return {"run_id": run.run_id, "status": str(run.status), "cancel_requested": True}
+
+
+@post("/hooks/{path:path}", request_max_body_size=webhooks.MAX_BODY_BYTES, status_code=202)
+async def receive_webhook(request: Request[Any, Any, Any], path: str,
+                          wait: bool = False) -> Response[Any]:
+    """A signed delivery: committed as a queued run before the answer."""
+    service = service_of(request)
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > webhooks.MAX_BODY_BYTES:
+        raise HTTPException(status_code=413, detail="body larger than 1 MiB")
+    body = await request.body()
+    if len(body) > webhooks.MAX_BODY_BYTES:
+        raise HTTPException(status_code=413, detail="body larger than 1 MiB")
+    hook = service.hooks.get(path.strip("/"))
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    if not webhooks.verify(hook.secret if hook else None, body, headers) or hook is None:
+        raise NotAuthorizedException(detail="invalid signature")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HTTPException(status_code=400, detail="the body is not UTF-8 text") from None
+    trigger = TriggerData(event="webhook", body=text, headers=webhooks.stored_headers(headers))
+    try:
+        run_id, _ = await service.enqueue(hook.workflow, trigger, trigger_key="webhook",
+                                          delivery_id=webhooks.delivery_id(headers))
+    except QueueFull as exc:
+        raise _queue_full(exc) from None
+    assert run_id is not None
+    return await _answer(service, run_id, wait, hook.trigger.wait_seconds)
+
+
+ROUTES = [health, list_workflows, get_workflow, start_run, list_runs, get_run, cancel_run,
+          receive_webhook]

@@ -1,0 +1,300 @@
+"""``BrainService``: what ``brain serve`` does besides HTTP.
+
+It loads nothing itself: it is given workflows, opens the store, and runs the
+executors (N concurrent runs taken from the durable queue), the schedules and
+the file watchers. Triggers only create queued runs (:meth:`enqueue`);
+executors take them. HTTP handlers are thin and call these methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from brain._errors import BrainError, WorkflowLoadError
+from brain.dsl.triggers import CronTrigger, EveryTrigger, WatchTrigger, WebhookTrigger
+from brain.results import FINISHED_RUN, RunResult, TriggerData
+
+if TYPE_CHECKING:
+    from brain.dsl.workflow import Workflow
+    from brain.store import Store
+
+log = logging.getLogger("brain.server")
+IDLE_POLL_SECONDS = 1.0
+EXPIRED_SCAN_SECONDS = 5.0
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BrainError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < 1:
+        raise BrainError(f"{name} must be at least 1")
+    return value
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A webhook route: the workflow and its trigger."""
+
+    workflow: Workflow
+    trigger: WebhookTrigger
+
+    @property
+    def secret(self) -> str | None:
+        """The HMAC secret, read from the environment now (``None`` when unset)."""
+        return os.environ.get(self.trigger.secret_env) or None
+
+
+def hook_routes(workflows: Mapping[str, Workflow]) -> dict[str, Hook]:
+    """``/hooks/{path}`` → hook; a duplicate path is an error naming both workflows."""
+    routes: dict[str, Hook] = {}
+    for wf in workflows.values():
+        for trig in wf.triggers:
+            if isinstance(trig, WebhookTrigger):
+                path = (trig.path or wf.name).strip("/")
+                if path in routes:
+                    raise WorkflowLoadError(
+                        f"webhook path /hooks/{path} is used by both {routes[path].workflow.name!r} "
+                        f"and {wf.name!r}")
+                routes[path] = Hook(wf, trig)
+    return routes
+
+
+class BrainService:
+    """Executors, schedules, watchers and the queue, around one store."""
+
+    def __init__(self, workflows: Mapping[str, Workflow], *, store: Store | None = None,
+                 concurrency: int | None = None, max_queued: int | None = None,
+                 execute: bool = True, triggers: bool = True) -> None:
+        from brain.runner import new_owner
+        from brain.store import Store
+
+        self.workflows: dict[str, Workflow] = dict(workflows)
+        self.hooks = hook_routes(self.workflows)
+        self.store = store or Store()
+        self.concurrency = concurrency or _env_int("BRAIN_CONCURRENCY", 4)
+        self.max_queued = max_queued or _env_int("BRAIN_MAX_QUEUED_RUNS", 1000)
+        self.execute = execute
+        self.triggers = triggers
+        self.owner = new_owner()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._watchers: list[Any] = []
+        self._scheduler: Any = None
+        self.started = False
+
+    # --- life cycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store, then start executors, schedules and watchers."""
+        if not self.store.is_open:
+            await self.store.open()
+        for path, hook in self.hooks.items():
+            if hook.secret is None:
+                log.warning("webhook /hooks/%s of %s accepts nothing: %s is not set", path,
+                            hook.workflow.name, hook.trigger.secret_env)
+        if self.execute:
+            for i in range(self.concurrency):
+                self._tasks.append(asyncio.create_task(self._worker(), name=f"brain-executor-{i}"))
+            self._tasks.append(asyncio.create_task(self._resume_loop(), name="brain-resume"))
+        if self.triggers:
+            await self._start_triggers()
+        self.started = True
+
+    async def stop(self, grace_seconds: float = 10.0) -> None:
+        """Stop taking runs; let running ones finish within the grace period, then stop them.
+
+        A run stopped here keeps its record as ``running`` with a lease that
+        expires, so the next serving process resumes it: nothing is lost.
+        """
+        self._stopping = True
+        self._wake.set()
+        for watcher in self._watchers:
+            with contextlib.suppress(Exception):
+                watcher.stop()
+        running = list(self._running.values())
+        if running:
+            await asyncio.wait(running, timeout=grace_seconds)
+        for task in [*self._tasks, *self._running.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._running.values(), return_exceptions=True)
+        self._tasks.clear()
+        await self.store.close()
+
+    # --- creating runs ------------------------------------------------------------
+
+    async def enqueue(self, wf: Workflow, trigger: TriggerData, *, trigger_key: str,
+                      delivery_id: str | None = None,
+                      fire_time: datetime | None = None) -> tuple[str | None, bool]:
+        """Commit a queued run; ``(run_id, created)`` (see ``Store.enqueue_run``)."""
+        run_id, created = await self.store.enqueue_run(
+            run_id=uuid.uuid4().hex, workflow=wf.name, definition_hash=wf.definition_hash,
+            trigger=trigger, step_rows=[(s.name, s.kind) for s in wf.spec.steps],
+            trigger_key=trigger_key, delivery_id=delivery_id, fire_time=fire_time,
+            max_queued=self.max_queued)
+        if created:
+            self._wake.set()
+        return run_id, created
+
+    async def wait_for(self, run_id: str, seconds: float) -> RunResult | None:
+        """The run once it has ended, or ``None`` after ``seconds``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        delay = 0.02
+        while True:
+            run = await self.store.get_run(run_id, with_steps=False)
+            if run.status in FINISHED_RUN:
+                return run
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
+            delay = min(delay * 1.5, 0.5)
+
+    # --- executing ------------------------------------------------------------
+
+    def _eligible(self, active: Mapping[str, int]) -> list[str]:
+        names = []
+        for name, wf in self.workflows.items():
+            limit = wf.spec.max_concurrent_runs
+            if limit is None or active.get(name, 0) < limit:
+                names.append(name)
+        return names
+
+    async def _worker(self) -> None:
+        from brain.runner import execute_claimed, lease_seconds
+
+        while not self._stopping:
+            limited = [n for n, wf in self.workflows.items() if wf.spec.max_concurrent_runs]
+            active = {n: await self.store.count_active(workflow=n, status="running") for n in limited}
+            try:
+                run_id = await self.store.claim_next(self._eligible(active), self.owner,
+                                                     lease_seconds())
+            except Exception:
+                log.exception("cannot take a queued run; retrying")
+                run_id = None
+            if run_id is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), IDLE_POLL_SECONDS)
+                continue
+            row = await self.store.run_row(run_id)
+            wf = self.workflows.get(row.workflow) if row else None
+            if wf is None:
+                continue
+            task = asyncio.current_task()
+            assert task is not None
+            self._running[run_id] = task
+            try:
+                await execute_claimed(wf, self.store, run_id, self.owner, first_start=True)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("run %s stopped by an internal error", run_id)
+            finally:
+                self._running.pop(run_id, None)
+
+    async def _resume_loop(self) -> None:
+        """Resume runs whose executor died (lease expired), now and every few seconds."""
+        from brain.runner import execute_run
+
+        while not self._stopping:
+            try:
+                expired = await self.store.expired_runs()
+            except Exception:
+                log.exception("cannot look for abandoned runs")
+                expired = []
+            for run_id in expired:
+                row = await self.store.run_row(run_id)
+                wf = self.workflows.get(row.workflow) if row else None
+                if wf is None or self._stopping:
+                    continue
+                async with self._slots:
+                    log.info("resuming run %s of %s (its executor stopped)", run_id, wf.name)
+                    task = asyncio.create_task(execute_run(wf, self.store, run_id, owner=self.owner))
+                    self._running[run_id] = task
+                    try:
+                        await task
+                    except Exception:
+                        log.exception("resuming run %s failed", run_id)
+                    finally:
+                        self._running.pop(run_id, None)
+            await asyncio.sleep(EXPIRED_SCAN_SECONDS)
+
+    # --- triggers ------------------------------------------------------------
+
+    async def _start_triggers(self) -> None:
+        """Schedules and watchers (see brain.triggers)."""
+        schedules = [(wf.name, f"{trig.type}:{i}", trig) for wf in self.workflows.values()
+                     for i, trig in enumerate(wf.triggers)
+                     if isinstance(trig, (CronTrigger, EveryTrigger))]
+        if schedules:
+            self._tasks.append(asyncio.create_task(self._run_schedules(schedules),
+                                                   name="brain-schedules"))
+        watches = [(wf, f"watch:{i}", trig) for wf in self.workflows.values()
+                   for i, trig in enumerate(wf.triggers) if isinstance(trig, WatchTrigger)]
+        for wf, key, trig in watches:
+            self._start_watcher(wf, key, trig)
+
+    async def _run_schedules(self, schedules: list[tuple[str, str, Any]]) -> None:
+        from brain.triggers.schedule import Scheduler
+
+        self._scheduler = Scheduler(self._fire)
+        self._scheduler.set_schedules(schedules)
+        await self._scheduler.catch_up(self.store.last_fire)
+        await self._scheduler.run()
+
+    async def _fire(self, workflow: str, key: str, trig: Any, fire_time: datetime) -> None:
+        """One schedule fire: claimed once across servers, then queued (or skipped)."""
+        wf = self.workflows.get(workflow)
+        if wf is None:
+            return
+        if trig.overlap == "skip" and await self.store.count_active(workflow=workflow,
+                                                                    trigger_key=key):
+            if await self.store.claim_fire(workflow, key, fire_time):
+                log.info("%s: %s fire at %s skipped: a run from it is still active", workflow, key,
+                         fire_time.isoformat())
+            return
+        trigger = TriggerData(event="schedule", body=fire_time.isoformat())
+        try:
+            await self.enqueue(wf, trigger, trigger_key=key, fire_time=fire_time)
+        except BrainError as exc:
+            log.warning("%s: %s fire at %s not queued: %s", workflow, key, fire_time.isoformat(), exc)
+
+    def _start_watcher(self, wf: Workflow, key: str, trig: WatchTrigger) -> None:
+        from brain.triggers.watch import FileWatcher, resolve_folder
+
+        folder = resolve_folder(trig, wf.source_dir)
+        loop = asyncio.get_running_loop()
+
+        def on_fire(path: str, event: str) -> None:
+            trigger = TriggerData(event="file", body=event, path=path)
+            task = loop.create_task(self._enqueue_logged(wf, trigger, key))
+            self._tasks.append(task)
+            task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+        watcher = FileWatcher(folder, patterns=list(trig.patterns), events=list(trig.events),
+                              recursive=trig.recursive, debounce_seconds=trig.debounce_seconds,
+                              on_fire=on_fire)
+        watcher.start(loop)
+        self._watchers.append(watcher)
+
+    async def _enqueue_logged(self, wf: Workflow, trigger: TriggerData, key: str) -> None:
+        try:
+            await self.enqueue(wf, trigger, trigger_key=key)
+        except BrainError as exc:
+            log.warning("%s: file event for %s not queued: %s", wf.name, trigger.path, exc)

@@ -1,0 +1,1 @@
+"""Triggers that create runs: schedules (``cron``, ``every``) and file watchers (``watch``)."""
