@@ -73,14 +73,15 @@ class _MockingExecutor:
 
     def prepare(self, spec: Any, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         is_mocked = self.mocking.mock_for(spec.name, spec.kind) is not None
+        if not is_mocked and self.mocking.strict:
+            raise _not_mocked(spec)
         return self.real.prepare(spec, resolve, mocked=is_mocked)
 
     async def execute(self, spec: Any, prepared: PreparedStep, ctx: StepContext) -> StepOutput:
         mock = self.mocking.mock_for(spec.name, spec.kind)
         if mock is None:
             if self.mocking.strict:
-                raise StepFailed(f"step {spec.name!r} ({spec.kind}) is not mocked and strict=True: "
-                                 f"add mocks={{{spec.name!r}: ...}}", retryable=False)
+                raise _not_mocked(spec)
             return await self.real.execute(spec, prepared, ctx)
         with self.mocking.lock:
             calls = self.mocking.calls.setdefault(spec.name, [])
@@ -97,6 +98,11 @@ class _MockingExecutor:
         close = getattr(self.real, "close", None)
         if close is not None:
             await close()
+
+
+def _not_mocked(spec: Any) -> StepFailed:
+    return StepFailed(f"step {spec.name!r} ({spec.kind}) is not mocked and strict=True: "
+                      f"add mocks={{{spec.name!r}: ...}}", retryable=False)
 
 
 def _check_mocks(wf: Workflow, mocks: Mapping[str, Mock]) -> frozenset[str]:
