@@ -57,11 +57,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          f"(then every /api request needs it) or keep the default 127.0.0.1")
     if args.concurrency is not None and args.concurrency < 1:
         raise BrainError("--concurrency must be at least 1")
-    if args.reload:
-        log.warning("--reload is not available yet: restart brain serve after changing files")
     _setup_logging()
     workflows = _load(args.paths)
-    app = create_app(workflows, concurrency=args.concurrency)  # type: ignore[arg-type]
+    app = create_app(workflows, concurrency=args.concurrency,  # type: ignore[arg-type]
+                     reload_paths=(args.paths or ["."]) if args.reload else None)
     service = app.state["brain"]
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
     render.ok(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "

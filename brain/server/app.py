@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
@@ -62,10 +63,13 @@ class BrainPlugin(InitPluginProtocol):
 
     def __init__(self, workflows: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str, Workflow],
                  *, store: Store | None = None, concurrency: int | None = None,
-                 execute: bool = True, triggers: bool = True, page: bool = True) -> None:
+                 execute: bool = True, triggers: bool = True, page: bool = True,
+                 reload_paths: list[str] | None = None) -> None:
         self.service = BrainService(_workflows(workflows), store=store, concurrency=concurrency,
                                     execute=execute, triggers=triggers)
         self.page = page
+        self.reload_paths = reload_paths
+        self._reloader: asyncio.Task[None] | None = None
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         """Register routes, state and the start-up/shut-down hooks."""
@@ -83,20 +87,30 @@ class BrainPlugin(InitPluginProtocol):
     async def _startup(self, app: Litestar) -> None:
         await self.service.start()
         _workflow_module().ACTIVE_SERVICE = self.service
+        if self.reload_paths is not None:
+            from brain.server.reload import Reloader
+
+            self._reloader = asyncio.create_task(Reloader(self.service, self.reload_paths).run())
 
     async def _shutdown(self, app: Litestar) -> None:
         module = _workflow_module()
         if module.ACTIVE_SERVICE is self.service:
             module.ACTIVE_SERVICE = None
+        if self._reloader is not None:
+            self._reloader.cancel()
         await self.service.stop()
 
 
 def create_app(workflows_or_paths: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str, Workflow],
                *, store: Store | None = None, concurrency: int | None = None,
-               execute: bool = True, triggers: bool = True) -> Litestar:
-    """The Litestar application ``brain serve`` runs: API, webhooks, page and executors."""
+               execute: bool = True, triggers: bool = True,
+               reload_paths: list[str] | None = None) -> Litestar:
+    """The Litestar application ``brain serve`` runs: API, webhooks, page and executors.
+
+    ``reload_paths``: watch these workflow files/folders and reload them on change.
+    """
     plugin = BrainPlugin(workflows_or_paths, store=store, concurrency=concurrency,
-                         execute=execute, triggers=triggers)
+                         execute=execute, triggers=triggers, reload_paths=reload_paths)
     return Litestar(
         plugins=[plugin], debug=False, logging_config=None,
         openapi_config=OpenAPIConfig(title="The Brain", version=__version__, path="/schema"),

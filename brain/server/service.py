@@ -109,12 +109,30 @@ class BrainService:
                 log.warning("webhook /hooks/%s of %s accepts nothing: %s is not set", path,
                             hook.workflow.name, hook.trigger.secret_env)
         if self.execute:
+            await self._expire_dead_local_leases()
             for i in range(self.concurrency):
                 self._tasks.append(asyncio.create_task(self._worker(), name=f"brain-executor-{i}"))
             self._tasks.append(asyncio.create_task(self._resume_loop(), name="brain-resume"))
         if self.triggers:
             await self._start_triggers()
         self.started = True
+
+    async def _expire_dead_local_leases(self) -> None:
+        """Runs left ``running`` by a process of this machine that no longer exists are
+        resumed now rather than when their lease runs out."""
+        import socket
+
+        host = socket.gethostname()
+        for run_id, owner in await self.store.running_leases():
+            parts = (owner or "").split(":")
+            if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+                continue
+            try:
+                os.kill(int(parts[1]), 0)
+            except ProcessLookupError:
+                await self.store.expire_lease(run_id, owner)
+            except PermissionError:
+                pass  # alive, under another user
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop taking runs; let running ones finish within the grace period, then stop them.
@@ -235,20 +253,47 @@ class BrainService:
                         self._running.pop(run_id, None)
             await asyncio.sleep(EXPIRED_SCAN_SECONDS)
 
+    async def replace_workflows(self, workflows: Mapping[str, Workflow]) -> None:
+        """Swap in a new set of workflows (``--reload``): hooks, schedules and watchers follow."""
+        hooks = hook_routes(workflows)  # raises on a duplicate path, changing nothing
+        self.workflows = dict(workflows)
+        self.hooks = hooks
+        if self.triggers:
+            for watcher in self._watchers:
+                with contextlib.suppress(Exception):
+                    watcher.stop()
+            self._watchers.clear()
+            if self._scheduler is not None:
+                self._scheduler.set_schedules(self._schedules())
+            elif self._schedules():
+                self._tasks.append(asyncio.create_task(self._run_schedules(self._schedules()),
+                                                       name="brain-schedules"))
+            for wf, key, trig in self._watches():
+                try:
+                    self._start_watcher(wf, key, trig)
+                except BrainError as exc:
+                    log.error("%s: %s", wf.name, exc)
+        self._wake.set()
+
     # --- triggers ------------------------------------------------------------
 
+    def _schedules(self) -> list[tuple[str, str, Any]]:
+        return [(wf.name, f"{trig.type}:{i}", trig) for wf in self.workflows.values()
+                for i, trig in enumerate(wf.triggers)
+                if isinstance(trig, (CronTrigger, EveryTrigger))]
+
+    def _watches(self) -> list[tuple[Workflow, str, WatchTrigger]]:
+        return [(wf, f"watch:{i}", trig) for wf in self.workflows.values()
+                for i, trig in enumerate(wf.triggers) if isinstance(trig, WatchTrigger)]
+
     async def _start_triggers(self) -> None:
-        """Schedules and watchers (see brain.triggers)."""
-        schedules = [(wf.name, f"{trig.type}:{i}", trig) for wf in self.workflows.values()
-                     for i, trig in enumerate(wf.triggers)
-                     if isinstance(trig, (CronTrigger, EveryTrigger))]
+        """Schedules and watchers (see brain.triggers); a missing watch folder stops start-up."""
+        for wf, key, trig in self._watches():
+            self._start_watcher(wf, key, trig)
+        schedules = self._schedules()
         if schedules:
             self._tasks.append(asyncio.create_task(self._run_schedules(schedules),
                                                    name="brain-schedules"))
-        watches = [(wf, f"watch:{i}", trig) for wf in self.workflows.values()
-                   for i, trig in enumerate(wf.triggers) if isinstance(trig, WatchTrigger)]
-        for wf, key, trig in watches:
-            self._start_watcher(wf, key, trig)
 
     async def _run_schedules(self, schedules: list[tuple[str, str, Any]]) -> None:
         from brain.triggers.schedule import Scheduler

@@ -181,6 +181,20 @@ class QueueMixin:
                                          ended_at=utcnow()))
         return int(result.rowcount or 0)
 
+    async def running_leases(self) -> list[tuple[str, str | None]]:
+        """``(run id, lease owner)`` of every running run."""
+        rows = await self._rows(select(runs.c.id, runs.c.lease_owner)
+                                .where(runs.c.status == RunStatus.RUNNING.value))
+        return [(str(r.id), r.lease_owner) for r in rows]
+
+    async def expire_lease(self, run_id: str, owner: str | None) -> None:
+        """End ``owner``'s lease on a run now (its process is known to be gone)."""
+        from brain.store.store import utcnow
+
+        await self._one(update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner,
+                                           runs.c.status == RunStatus.RUNNING.value)
+                        .values(lease_expires_at=utcnow()))
+
     async def runs_of(self, owner: str) -> list[str]:
         """Running runs held by ``owner``'s lease."""
         rows = await self._rows(select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
