@@ -52,7 +52,8 @@ class Progress:
     def __init__(self, wf: Workflow) -> None:
         self.wf = wf
         self.started = time.perf_counter()
-        err.print(f"[bold]{escape(wf.name)}[/] · {len(wf.spec.steps)} steps")
+        count = len(wf.spec.steps)
+        err.print(f"[bold]{escape(wf.name)}[/] · {count} step{'s' if count != 1 else ''}")
 
     def __call__(self, event: StepEvent) -> None:
         mark = _MARK.get(event.status, event.status)

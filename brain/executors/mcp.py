@@ -11,6 +11,7 @@ which the last 8 KiB are kept. The SDK is imported only when a step runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -28,10 +29,13 @@ from brain.executors.base import (
     read_secret,
     tail_text,
 )
+from brain.executors.process import kill_group
 
 STDERR_TAIL = 8192
-# sh runs the server and records its exit status, which the SDK's client does not expose.
-_RECORD_EXIT = 'status="$1"; shift; "$@"; code=$?; printf %s "$code" > "$status"; exit "$code"'
+# sh runs the server and records its own pid (= the process group the SDK spawns) and the
+# server's exit status, which the SDK's client does not expose.
+_RECORD_EXIT = ('dir="$1"; shift; printf %s "$$" > "$dir/pid"; "$@"; code=$?; '
+                'printf %s "$code" > "$dir/exit"; exit "$code"')
 
 
 def tool_output(result: Any) -> str:
@@ -101,10 +105,12 @@ class McpExecutor:
         if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
             raise StepFailed(f"cannot start the MCP server: {program!r} is not on PATH",
                              retryable=False)
+        if os.sep in program and not os.access(os.path.join(ctx.workflow_dir, program), os.X_OK):
+            raise StepFailed(f"cannot start the MCP server: {program!r} does not exist or is not "
+                             f"executable", retryable=False)
         with tempfile.TemporaryDirectory(prefix="brain-mcp-") as tmp:
-            status_file = os.path.join(tmp, "exit")
             params = StdioServerParameters(
-                command="/bin/sh", args=["-c", _RECORD_EXIT, "brain-mcp", status_file, *words],
+                command="/bin/sh", args=["-c", _RECORD_EXIT, "brain-mcp", tmp, *words],
                 env=prepared.payload["env"], cwd=ctx.workflow_dir)
             # A file, not a pipe: nobody reads stderr while the server runs, and a full pipe
             # would block a chatty server.
@@ -125,13 +131,22 @@ class McpExecutor:
                     elif isinstance(leaf, OSError):
                         raise StepFailed(f"cannot start the MCP server {program!r}: {leaf}",
                                          retryable=False) from None
+                    elif isinstance(leaf, RuntimeError):  # e.g. no common protocol version
+                        raise StepFailed(f"the MCP server {program!r}: {leaf}",
+                                         retryable=False) from None
                     else:
                         raise leaf from None
+                finally:
+                    # The SDK kills the server's group only when the server outlives its
+                    # stdin; a server that exits at once may leave children: end them too.
+                    pgid = _read_int(os.path.join(tmp, "pid"))
+                    if pgid is not None:
+                        await asyncio.shield(kill_group(pgid))
                 errlog.seek(0, os.SEEK_END)
                 size = errlog.tell()
                 errlog.seek(max(0, size - STDERR_TAIL))
                 stderr = tail_text(errlog.read(), STDERR_TAIL)
-            code = _read_status(status_file)
+            code = _read_int(os.path.join(tmp, "exit"))
         if error is not None:
             closed = error.code == types.CONNECTION_CLOSED
             if closed or (result is None and code not in (None, 0)):
@@ -155,7 +170,7 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _read_status(path: str) -> int | None:
+def _read_int(path: str) -> int | None:
     try:
         with open(path) as f:
             return int(f.read().strip())

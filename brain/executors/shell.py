@@ -25,8 +25,8 @@ from brain.executors.base import (
     read_secret,
     tail_text,
 )
+from brain.executors.process import KILL_GRACE_SECONDS, group_alive, kill_group, signal_group
 
-KILL_GRACE_SECONDS = 2.0
 _SECRET_PREFIXES = ("BRAIN_", "THE_BRAIN_")
 _SECRET_NAMES = frozenset({"LLM_API_KEY"})
 
@@ -105,11 +105,11 @@ class ShellExecutor:
             done, _ = await asyncio.wait([exited, stdout.overflow],  # type: ignore[type-var]
                                          return_when=asyncio.FIRST_COMPLETED)
             if exited not in done:  # too much output: stop it now
-                _signal_group(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
                 await exited
             await _end_group(proc.pid, readers)
         except BaseException:
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             with contextlib.suppress(BaseException):
                 await asyncio.shield(_reap(proc, readers))
             raise
@@ -168,50 +168,9 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
         proc.stdin.close()
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    """Signal the process group; ``False`` when it no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process remains in group ``pgid``."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:  # no /proc: fall back to "the group exists", zombies included
-        try:
-            os.killpg(pgid, 0)
-        except OSError:
-            return False
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
-            return True
-    return False
-
-
 async def _end_group(pgid: int, readers: Sequence[asyncio.Future[None]]) -> None:
     """After the shell exited: kill what it left behind, then drain its pipes."""
-    if _signal_group(pgid, signal.SIGTERM):
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + KILL_GRACE_SECONDS
-        while _group_alive(pgid) and loop.time() < deadline:  # noqa: ASYNC110 - polls /proc
-            await asyncio.sleep(0.02)
-        if _group_alive(pgid):
-            _signal_group(pgid, signal.SIGKILL)
+    await kill_group(pgid)
     # Anything still holding the pipes escaped the group (setsid): stop waiting soon.
     _, pending = await asyncio.wait(readers, timeout=KILL_GRACE_SECONDS)
     for task in pending:
@@ -251,9 +210,9 @@ async def _reap(proc: asyncio.subprocess.Process, readers: Sequence[asyncio.Futu
     """On timeout or cancel: the group got SIGTERM; SIGKILL it if it lingers, then reap."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + KILL_GRACE_SECONDS
-    while loop.time() < deadline and (proc.returncode is None or _group_alive(proc.pid)):  # noqa: ASYNC110
+    while loop.time() < deadline and (proc.returncode is None or group_alive(proc.pid)):  # noqa: ASYNC110
         await asyncio.sleep(0.02)
-    _signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(_exited(proc), KILL_GRACE_SECONDS)
     for task in readers:
