@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Request, Response, get
 from litestar.datastructures import Cookie
 from litestar.exceptions import NotFoundException
+from litestar.params import FromPath, FromQuery
 
 from brain._errors import RunNotFound
 from brain.results import RunResult
@@ -33,8 +34,8 @@ def _when(run: RunResult) -> str:
 
 
 @get("/", guards=[require_api_access], include_in_schema=False)
-async def runs_page(request: Request[Any, Any, Any], workflow: str | None = None,
-                    token: str | None = None) -> Response[str]:
+async def runs_page(request: Request[Any, Any, Any], workflow: FromQuery[str | None] = None,
+                    token: FromQuery[str | None] = None) -> Response[str]:
     """Recent runs, newest first."""
     runs = await service_of(request).store.list_runs(workflow=workflow, limit=100)
     rows = "".join(
@@ -49,7 +50,7 @@ async def runs_page(request: Request[Any, Any, Any], workflow: str | None = None
 
 
 @get("/runs/{run_id:str}", guards=[require_api_access], include_in_schema=False)
-async def run_page(request: Request[Any, Any, Any], run_id: str) -> Response[str]:
+async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[str]:
     """One run and its steps."""
     try:
         run = await service_of(request).store.get_run(run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -10,6 +11,7 @@ from litestar import Request, Response, get, post
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException
 from litestar.handlers.base import BaseRouteHandler
+from litestar.params import FromPath, FromQuery
 
 from brain._errors import RunNotFound
 from brain.results import TriggerData
@@ -85,7 +87,7 @@ async def list_workflows(request: Request[Any, Any, Any]) -> list[dict[str, Any]
 
 
 @get("/api/workflows/{name:str}", guards=[require_api_access])
-async def get_workflow(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+async def get_workflow(request: Request[Any, Any, Any], name: FromPath[str]) -> dict[str, Any]:
     """One workflow: steps, edges, triggers and next fire times."""
     service = service_of(request)
     wf = service.workflows.get(name)
@@ -117,10 +119,33 @@ def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
             "max_concurrent_runs": wf.spec.max_concurrent_runs, "triggers": triggers}
 
 
+def _run_request(raw: bytes) -> RunRequest:
+    """``{"body": ..., "wait": false}``; an empty body starts a run with no payload."""
+    if not raw.strip():
+        return RunRequest()
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPException(status_code=400,
+                            detail=f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise HTTPException(status_code=400, detail='the request body must be a JSON object like '
+                                                    '{"body": ..., "wait": false}')
+    unknown = set(value) - {"body", "wait"}
+    if unknown:
+        raise HTTPException(status_code=400, detail=f"unknown fields {sorted(unknown)}: "
+                                                    f"use body and wait")
+    wait = value.get("wait", False)
+    if not isinstance(wait, bool):
+        raise HTTPException(status_code=400, detail="wait must be true or false")
+    return RunRequest(body=value.get("body"), wait=wait)
+
+
 @post("/api/workflows/{name:str}/runs", guards=[require_api_access], status_code=202)
-async def start_run(request: Request[Any, Any, Any], name: str,
-                    data: RunRequest) -> Response[Any]:
-    """Queue a run; with ``wait``, answer when it ends (or 202 after 30 s)."""
+async def start_run(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[Any]:
+    """Queue a run: ``{"body": ..., "wait": false}``; with ``wait``, answer when it ends
+    (or 202 after 30 s)."""
+    data = _run_request(await request.body())
     service = service_of(request)
     wf = service.workflows.get(name)
     if wf is None:
@@ -143,8 +168,8 @@ async def _answer(service: BrainService, run_id: str, wait: bool, seconds: float
 
 
 @get("/api/runs", guards=[require_api_access])
-async def list_runs(request: Request[Any, Any, Any], workflow: str | None = None,
-                    status: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+async def list_runs(request: Request[Any, Any, Any], workflow: FromQuery[str | None] = None,
+                    status: FromQuery[str | None] = None, limit: FromQuery[int] = 20) -> list[dict[str, Any]]:
     """Recent runs, newest first."""
     if not 1 <= limit <= 1000:
         raise HTTPException(status_code=400, detail="limit must be from 1 to 1000")
@@ -153,7 +178,7 @@ async def list_runs(request: Request[Any, Any, Any], workflow: str | None = None
 
 
 @get("/api/runs/{run_id:str}", guards=[require_api_access])
-async def get_run(request: Request[Any, Any, Any], run_id: str) -> dict[str, Any]:
+async def get_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> dict[str, Any]:
     """One run with its steps in call order (a unique id prefix will do)."""
     try:
         run = await service_of(request).store.get_run(run_id)
@@ -163,7 +188,7 @@ async def get_run(request: Request[Any, Any, Any], run_id: str) -> dict[str, Any
 
 
 @post("/api/runs/{run_id:str}/cancel", guards=[require_api_access], status_code=202)
-async def cancel_run(request: Request[Any, Any, Any], run_id: str) -> dict[str, Any]:
+async def cancel_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> dict[str, Any]:
     """Ask a run to stop; its executor stops it within a second."""
     try:
         run, active = await service_of(request).store.request_cancel(run_id)
@@ -175,8 +200,8 @@ async def cancel_run(request: Request[Any, Any, Any], run_id: str) -> dict[str, 
 
 
 @post("/hooks/{path:path}", request_max_body_size=webhooks.MAX_BODY_BYTES, status_code=202)
-async def receive_webhook(request: Request[Any, Any, Any], path: str,
-                          wait: bool = False) -> Response[Any]:
+async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
+                          wait: FromQuery[bool] = False) -> Response[Any]:
     """A signed delivery: committed as a queued run before the answer."""
     service = service_of(request)
     length = request.headers.get("content-length")

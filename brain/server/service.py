@@ -94,6 +94,7 @@ class BrainService:
         self._tasks: list[asyncio.Task[Any]] = []
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._slots = asyncio.Semaphore(self.concurrency)
+        self._claim_lock = asyncio.Lock()
         self._watchers: list[Any] = []
         self._scheduler: Any = None
         self.started = False
@@ -197,11 +198,15 @@ class BrainService:
         from brain.runner import execute_claimed, lease_seconds
 
         while not self._stopping:
-            limited = [n for n, wf in self.workflows.items() if wf.spec.max_concurrent_runs]
-            active = {n: await self.store.count_active(workflow=n, status="running") for n in limited}
             try:
-                run_id = await self.store.claim_next(self._eligible(active), self.owner,
-                                                     lease_seconds())
+                # Counting and claiming together, so two executors of this process cannot
+                # both see room under max_concurrent_runs and both take a run.
+                async with self._claim_lock:
+                    limited = [n for n, wf in self.workflows.items() if wf.spec.max_concurrent_runs]
+                    active = {n: await self.store.count_active(workflow=n, status="running")
+                              for n in limited}
+                    run_id = await self.store.claim_next(self._eligible(active), self.owner,
+                                                         lease_seconds())
             except Exception:
                 log.exception("cannot take a queued run; retrying")
                 run_id = None

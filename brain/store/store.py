@@ -139,7 +139,11 @@ class Store(QueueMixin):
             raise StoreError(f"cannot upgrade database {self.shown_url}: {_short(exc)}") from None
 
     async def close(self) -> None:
-        """Release connections."""
+        """Release connections (after any statement still in flight)."""
+        async with self._lock:
+            await self._close()
+
+    async def _close(self) -> None:
         if self._held is not None:
             with contextlib.suppress(Exception):
                 await self._held.close()
