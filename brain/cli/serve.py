@@ -62,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(workflows, concurrency=args.concurrency,  # type: ignore[arg-type]
                      reload_paths=(args.paths or ["."]) if args.reload else None)
     service = app.state["brain"]
+    asyncio.run(service.preflight())
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
     render.ok(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
               f"http://{args.host}:{args.port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
@@ -85,6 +86,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     async def go() -> None:
         service = BrainService(workflows, concurrency=args.concurrency,  # type: ignore[arg-type]
                                triggers=False)
+        await service.preflight()
         await service.start()
         render.ok(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
                   f"once, database {service.store.shown_url}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from brain._errors import StoreError
@@ -79,7 +79,8 @@ async def run_workflow_now(wf: Workflow, trigger: object = None, *,
 
 async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str | None = None,
                       on_event: EventHandler | None = None,
-                      executors: Mapping[str, Executor] | None = None) -> RunResult | None:
+                      executors: Mapping[str, Executor] | None = None,
+                      abandon_on_cancel: Callable[[], bool] | None = None) -> RunResult | None:
     """Claim a queued run, or a running one whose lease expired, and execute it.
 
     Steps that already succeeded keep their stored outputs; every other step
@@ -92,12 +93,14 @@ async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str 
     if before is None or not await store.claim_run(run_id, owner, lease_seconds()):
         return None
     return await execute_claimed(wf, store, run_id, owner, first_start=before.started_at is None,
-                                 on_event=on_event, executors=executors)
+                                 on_event=on_event, executors=executors,
+                                 abandon_on_cancel=abandon_on_cancel)
 
 
 async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str, *,
                           first_start: bool, on_event: EventHandler | None = None,
-                          executors: Mapping[str, Executor] | None = None) -> RunResult:
+                          executors: Mapping[str, Executor] | None = None,
+                          abandon_on_cancel: Callable[[], bool] | None = None) -> RunResult:
     """Execute a run this ``owner`` has just claimed (see :func:`execute_run`).
 
     ``first_start``: the run was queued until now, so ``{previous.X}`` is
@@ -125,7 +128,8 @@ async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str
     execution = RunExecution(wf, store, run_id, owner, trigger=trigger, previous_run_id=previous,
                              lease_seconds=lease, outputs=outputs,
                              tries={n: t for n, (_, t) in states.items()},
-                             executors=executors, on_event=on_event)
+                             executors=executors, on_event=on_event,
+                             abandon_on_cancel=abandon_on_cancel)
     await execution.execute()
     return await store.get_run(run_id)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,8 +41,12 @@ class RunExecution:
                  executors: Mapping[str, Executor] | None = None,
                  on_event: EventHandler | None = None,
                  protected_env: frozenset[str] = frozenset(),
-                 previous_outputs: dict[str, str] | None = None) -> None:
+                 previous_outputs: dict[str, str] | None = None,
+                 abandon_on_cancel: Callable[[], bool] | None = None) -> None:
         self.wf = wf
+        # When this says so at cancel time (a server shutting down), the run is left
+        # "running" for the next executor to resume, instead of being recorded cancelled.
+        self.abandon_on_cancel = abandon_on_cancel
         self.store = store
         self.run_id = run_id
         self.owner = owner
@@ -147,8 +151,11 @@ class RunExecution:
                 if failure is not None:
                     break
         except BaseException:
-            # The executing task itself was cancelled (Ctrl-C, shutdown): stop and record.
+            # The executing task itself was cancelled (Ctrl-C, shutdown): stop and record,
+            # or, for a server shutting down, stop and leave the run to be resumed.
             self._cancel_reason = "interrupted"
+            if self.abandon_on_cancel is not None and self.abandon_on_cancel():
+                self._lease_lost = True
             await asyncio.shield(self._stop(running, list(waiting), None))
             raise
         finally:
@@ -170,8 +177,8 @@ class RunExecution:
         if running:
             await asyncio.gather(*running, return_exceptions=True)
         if self._lease_lost:
-            # Another executor resumed this run after our lease expired: the record is
-            # theirs now, so stop without writing anything.
+            # Another executor resumed this run after our lease expired (or this server is
+            # shutting down and leaves it to be resumed): write nothing.
             return RunStatus.RUNNING
         stopped = list(running.values())
         not_started = [n for n in pending if n not in stopped]

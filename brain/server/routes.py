@@ -33,9 +33,11 @@ def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRo
     token = security.api_token()
     if token is not None:
         header = connection.headers.get("authorization")
-        cookie = connection.cookies.get("brain_token")
+        # The page (not /api) also takes the token once as ?token=..., then from a cookie.
+        other = None if connection.url.path.startswith("/api") else (
+            connection.cookies.get("brain_token") or connection.query_params.get("token"))
         if not security.token_matches(header, token) and not (
-                cookie and security.token_matches(f"Bearer {cookie}", token)):
+                other and security.token_matches(f"Bearer {other}", token)):
             raise NotAuthorizedException(detail="missing or wrong bearer token")
         return
     problem = security.loopback_problem(connection.headers.get("host"),

@@ -15,7 +15,7 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from brain._errors import BrainError, WorkflowLoadError
@@ -101,6 +101,18 @@ class BrainService:
 
     # --- life cycle ------------------------------------------------------------
 
+    async def preflight(self) -> None:
+        """Check what start-up needs (the database and its schema, watch folders) and
+        raise a clear :class:`BrainError` now, before any server starts."""
+        from brain.store import Store
+        from brain.triggers.watch import resolve_folder
+
+        if self.triggers:
+            for wf, _, trig in self._watches():
+                resolve_folder(trig, wf.source_dir)
+        async with Store(self.store.url):
+            pass
+
     async def start(self) -> None:
         """Open the store, then start executors, schedules and watchers."""
         if not self.store.is_open:
@@ -135,6 +147,9 @@ class BrainService:
             except PermissionError:
                 pass  # alive, under another user
 
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop taking runs; let running ones finish within the grace period, then stop them.
 
@@ -149,10 +164,14 @@ class BrainService:
         running = list(self._running.values())
         if running:
             await asyncio.wait(running, timeout=grace_seconds)
+        left = list(self._running)
         for task in [*self._tasks, *self._running.values()]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._running.values(), return_exceptions=True)
         self._tasks.clear()
+        for run_id in left:  # whoever serves next resumes them at once
+            with contextlib.suppress(Exception):
+                await self.store.expire_lease(run_id, self.owner)
         await self.store.close()
 
     # --- creating runs ------------------------------------------------------------
@@ -223,7 +242,8 @@ class BrainService:
             assert task is not None
             self._running[run_id] = task
             try:
-                await execute_claimed(wf, self.store, run_id, self.owner, first_start=True)
+                await execute_claimed(wf, self.store, run_id, self.owner, first_start=True,
+                                      abandon_on_cancel=self._is_stopping)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -248,7 +268,8 @@ class BrainService:
                     continue
                 async with self._slots:
                     log.info("resuming run %s of %s (its executor stopped)", run_id, wf.name)
-                    task = asyncio.create_task(execute_run(wf, self.store, run_id, owner=self.owner))
+                    task = asyncio.create_task(execute_run(wf, self.store, run_id, owner=self.owner,
+                                                           abandon_on_cancel=self._is_stopping))
                     self._running[run_id] = task
                     try:
                         await task
@@ -313,8 +334,13 @@ class BrainService:
         wf = self.workflows.get(workflow)
         if wf is None:
             return
-        if trig.overlap == "skip" and await self.store.count_active(workflow=workflow,
-                                                                    trigger_key=key):
+        from brain.triggers.schedule import CURRENT_FIRE_GRACE
+
+        # overlap="skip" is about live fires piling up; fires being caught up after
+        # downtime (catchup="all") each get their run.
+        live = datetime.now(UTC) - fire_time <= CURRENT_FIRE_GRACE
+        if trig.overlap == "skip" and live and await self.store.count_active(
+                workflow=workflow, trigger_key=key):
             if await self.store.claim_fire(workflow, key, fire_time):
                 log.info("%s: %s fire at %s skipped: a run from it is still active", workflow, key,
                          fire_time.isoformat())
