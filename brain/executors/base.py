@@ -41,6 +41,8 @@ class PreparedStep:
     inputs: dict[str, Any]
     payload: dict[str, Any]
     secrets: list[str] = field(default_factory=list)
+    #: Set by an executor that has an error stream, so a timed-out try can store it too.
+    stderr: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ which the last 8 KiB are kept. The SDK is imported only when a step runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from typing import Any
 
@@ -29,7 +31,7 @@ from brain.executors.base import (
     read_secret,
     tail_text,
 )
-from brain.executors.process import kill_group
+from brain.executors.process import KILL_GRACE_SECONDS, kill_group, signal_group
 
 STDERR_TAIL = 8192
 # sh runs the server and records its own pid (= the process group the SDK spawns) and the
@@ -96,7 +98,7 @@ class McpExecutor:
                       ctx: StepContext) -> StepOutput:
         """Spawn, initialize, call the tool once, stop the server; return the tool's output."""
         import mcp_types as types
-        from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+        from mcp import StdioServerParameters
         from mcp.client.stdio import get_default_environment
 
         words: list[str] = prepared.payload["words"]
@@ -115,37 +117,39 @@ class McpExecutor:
             # A file, not a pipe: nobody reads stderr while the server runs, and a full pipe
             # would block a chatty server.
             with open(os.path.join(tmp, "stderr"), "w+b") as errlog:  # noqa: ASYNC230
-                result: Any = None
-                error: MCPError | None = None
+                # The conversation runs in its own task: when this step is cancelled (a
+                # timeout, a failed sibling, a cancel request) the server's whole process
+                # group is killed at once, so the SDK's shutdown never waits on it.
+                talk = asyncio.ensure_future(_converse(params, errlog, spec.tool,
+                                                       prepared.payload["args"]))
                 try:
-                    transport = stdio_client(params, errlog=errlog)  # type: ignore[arg-type]
-                    async with transport as (read, write), ClientSession(read, write) as session:
-                        await session.initialize()
-                        request = types.CallToolRequest(params=types.CallToolRequestParams(
-                            name=spec.tool, arguments=prepared.payload["args"]))
-                        result = await session.send_request(request, types.CallToolResult)
+                    result, error = await asyncio.shield(talk)
+                except asyncio.CancelledError:
+                    pgid = _read_int(os.path.join(tmp, "pid"))
+                    if pgid is not None:
+                        signal_group(pgid, signal.SIGKILL)
+                    talk.cancel()
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait_for(asyncio.shield(talk), KILL_GRACE_SECONDS * 2)
+                    prepared.stderr = _tail(errlog)
+                    raise
                 except Exception as exc:  # anyio task groups wrap what went wrong
                     leaf = _leaf(exc)
-                    if isinstance(leaf, MCPError):
-                        error = leaf
-                    elif isinstance(leaf, OSError):
+                    prepared.stderr = _tail(errlog)
+                    if isinstance(leaf, OSError):
                         raise StepFailed(f"cannot start the MCP server {program!r}: {leaf}",
-                                         retryable=False) from None
-                    elif isinstance(leaf, RuntimeError):  # e.g. no common protocol version
+                                         retryable=False, stderr=prepared.stderr) from None
+                    if isinstance(leaf, RuntimeError):  # e.g. no common protocol version
                         raise StepFailed(f"the MCP server {program!r}: {leaf}",
-                                         retryable=False) from None
-                    else:
-                        raise leaf from None
+                                         retryable=False, stderr=prepared.stderr) from None
+                    raise leaf from None
                 finally:
                     # The SDK kills the server's group only when the server outlives its
                     # stdin; a server that exits at once may leave children: end them too.
                     pgid = _read_int(os.path.join(tmp, "pid"))
                     if pgid is not None:
                         await asyncio.shield(kill_group(pgid))
-                errlog.seek(0, os.SEEK_END)
-                size = errlog.tell()
-                errlog.seek(max(0, size - STDERR_TAIL))
-                stderr = tail_text(errlog.read(), STDERR_TAIL)
+                stderr = _tail(errlog)
             code = _read_int(os.path.join(tmp, "exit"))
         if error is not None:
             closed = error.code == types.CONNECTION_CLOSED
@@ -161,6 +165,35 @@ class McpExecutor:
             raise StepFailed(texts[0] if texts else f"the tool reported an error: {tool_output(result)}",
                              stderr=stderr)
         return StepOutput(output=tool_output(result), stderr=stderr)
+
+
+async def _converse(params: Any, errlog: Any, tool: str,
+                    args: dict[str, Any]) -> tuple[Any, Any]:
+    """Spawn, initialize, one ``tools/call``, close: ``(result, None)`` or ``(None, MCPError)``."""
+    import mcp_types as types
+    from mcp import ClientSession, MCPError, stdio_client
+
+    try:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            request = types.CallToolRequest(params=types.CallToolRequestParams(
+                name=tool, arguments=args))
+            return await session.send_request(request, types.CallToolResult), None
+    except Exception as exc:
+        leaf = _leaf(exc)
+        if isinstance(leaf, MCPError):
+            return None, leaf
+        raise
+
+
+def _tail(errlog: Any) -> str | None:
+    """The last 8 KiB the server wrote to stderr."""
+    errlog.flush()
+    errlog.seek(0, os.SEEK_END)
+    size = errlog.tell()
+    errlog.seek(max(0, size - STDERR_TAIL))
+    return tail_text(errlog.read(), STDERR_TAIL)
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -296,7 +296,8 @@ class RunExecution:
             return exc
         except TimeoutError:
             if timeout.expired():
-                return StepFailed(f"timed out after {spec.timeout_seconds:g}s")
+                return StepFailed(f"timed out after {spec.timeout_seconds:g}s",
+                                  stderr=prepared.stderr)
             return StepFailed("TimeoutError raised by the step")
         except PlaceholderError as exc:
             return StepFailed(str(exc), retryable=False)
