@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from pathlib import Path
 
 from sqlalchemy import text
@@ -48,18 +50,28 @@ async def upgrade(engine: AsyncEngine) -> tuple[str | None, str]:
     return before, await current_revision(engine) or ""
 
 
+_upgrade_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary())
+
+
 async def ensure_current(engine: AsyncEngine, *, auto_upgrade: bool, shown_url: str) -> None:
     """Make sure the schema is current: upgrade it (SQLite) or refuse to go on (PostgreSQL)."""
     revision = await current_revision(engine)
     if revision == SCHEMA_REVISION:
         return
     if auto_upgrade:
-        try:
-            await upgrade(engine)
-        except Exception:
-            # Another process may have created the schema at the same moment.
-            if await current_revision(engine) != SCHEMA_REVISION:
-                raise
+        # Alembic keeps its migration context in module globals: one upgrade at a time
+        # in this process (two first runs on a new file would otherwise trip over it).
+        lock = _upgrade_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            if await current_revision(engine) == SCHEMA_REVISION:
+                return
+            try:
+                await upgrade(engine)
+            except Exception:
+                # Another process may have created the schema at the same moment.
+                if await current_revision(engine) != SCHEMA_REVISION:
+                    raise
         return
     raise StoreError(
         f"the database at {shown_url} has schema revision {revision or 'none'}, this version of "
