@@ -1,8 +1,12 @@
-"""Shared fixtures: every test gets its own SQLite file; nothing touches ./brain.db."""
+"""Shared fixtures: every test gets its own SQLite file; nothing touches ./brain.db.
+
+This folder is put on ``sys.path`` so that test files can ``import support`` (shared helpers).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import sys
@@ -11,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from brain.dsl.workflow import REGISTRY
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+if str(TESTS) not in sys.path:
+    sys.path.append(str(TESTS))  # ``import support`` (``--import-mode=importlib`` adds no test folder)
 PG_URL = os.environ.get("BRAIN_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
 
@@ -23,6 +32,31 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("BRAIN_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}")
     yield
+
+
+@pytest.fixture(autouse=True)
+def _restore_registry() -> Iterator[None]:
+    """Workflows a test defines must not leak into other tests' registry."""
+    saved = dict(REGISTRY)
+    yield
+    REGISTRY.clear()
+    REGISTRY.update(saved)
+
+
+@pytest.fixture
+def collect_garbage_first() -> None:
+    """Finalise objects left by earlier tests now, under pytest's unraisable-exception hook.
+
+    An asyncio subprocess transport that was never closed complains from ``__del__``
+    once its loop is gone; if that happens while pytest parses source to report a
+    failure, CPython 3.11's ``ast`` raises ``SystemError: AST constructor recursion
+    depth mismatch`` and the whole session stops with INTERNALERROR.
+
+    Not autouse: a full collection costs tens of milliseconds a test. Modules whose tests
+    spawn subprocesses in-process opt in with
+    ``pytestmark = pytest.mark.usefixtures("collect_garbage_first")``.
+    """
+    gc.collect()
 
 
 @pytest.fixture

@@ -15,17 +15,7 @@ from hypothesis import strategies as st
 
 import brain
 from brain import PlaceholderError, shell, trigger, workflow
-from brain.dsl.workflow import REGISTRY
 from brain.placeholders import Ref, has_placeholders, parse, quoting_problem, refs, render
-
-
-@pytest.fixture(autouse=True)
-def _restore_registry():
-    """Workflows defined here must not leak into other tests' registry."""
-    saved = dict(REGISTRY)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(saved)
 
 
 def values(mapping: dict[str, str]) -> Callable[[Ref], str]:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import sqlite3
 import subprocess
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from support import group_alive, kill_group_quietly, read_pid, running_step, wait_for, write_source
 
 from brain._version import __version__
 
@@ -83,12 +79,6 @@ BROKEN = {
 PASSWORD_URL = "postgresql+asyncpg://u:s3cret@127.0.0.1:1/x"
 
 
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source).lstrip())
-    return path
-
-
 def brain(brain_cmd: list[str], *args: str | os.PathLike[str], cwd: Path | None = None,
           env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the real ``brain`` command; the environment carries this test's database URL."""
@@ -124,26 +114,11 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process is left in process group ``pgid``."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
-            return True
-    return False
-
-
 # --- brain run ------------------------------------------------------------------------------
 
 
 def test_run_prints_output_and_progress(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "flows.py", GOOD)
+    wf = write_source(tmp_path, "flows.py", GOOD)
     proc = brain(brain_cmd, "run", f"{wf}:greet")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "hello world body="
@@ -157,7 +132,7 @@ def test_run_prints_output_and_progress(tmp_path: Path, brain_cmd: list[str]) ->
 
 def test_run_prints_a_long_output_line_unchanged(tmp_path: Path, brain_cmd: list[str]) -> None:
     line = " ".join(f"word{i}" for i in range(60))  # far wider than any terminal default
-    wf = write(tmp_path, "wide.py", f"""
+    wf = write_source(tmp_path, "wide.py", f"""
         from brain import shell, workflow
 
         @workflow
@@ -170,7 +145,7 @@ def test_run_prints_a_long_output_line_unchanged(tmp_path: Path, brain_cmd: list
 
 
 def test_run_file_colon_name_picks_that_workflow(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "flows.py", GOOD)
+    wf = write_source(tmp_path, "flows.py", GOOD)
     proc = brain(brain_cmd, "run", f"{wf}:other")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "other-output"
@@ -178,7 +153,7 @@ def test_run_file_colon_name_picks_that_workflow(tmp_path: Path, brain_cmd: list
 
 
 def test_run_several_workflows_without_name_lists_them(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "flows.py", GOOD)
+    wf = write_source(tmp_path, "flows.py", GOOD)
     proc = brain(brain_cmd, "run", wf)
     assert proc.returncode == 2
     assert "greet" in proc.stderr and "other" in proc.stderr
@@ -188,7 +163,7 @@ def test_run_several_workflows_without_name_lists_them(tmp_path: Path, brain_cmd
 
 
 def test_run_unknown_workflow_name_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "flows.py", GOOD)
+    wf = write_source(tmp_path, "flows.py", GOOD)
     proc = brain(brain_cmd, "run", f"{wf}:nope")
     assert proc.returncode == 2
     assert "nope" in proc.stderr and "greet" in proc.stderr
@@ -196,7 +171,7 @@ def test_run_unknown_workflow_name_exit_2(tmp_path: Path, brain_cmd: list[str]) 
 
 
 def test_run_body_reaches_trigger_body(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "flows.py", GOOD)
+    wf = write_source(tmp_path, "flows.py", GOOD)
     body = "it's a $HOME; `x` test"
     proc = brain(brain_cmd, "run", f"{wf}:greet", "--body", body)
     assert proc.returncode == 0, proc.stderr
@@ -207,7 +182,7 @@ def test_run_body_reaches_trigger_body(tmp_path: Path, brain_cmd: list[str]) -> 
 
 
 def test_run_json_stdout_is_only_the_run(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "ordered.py", ORDERED)
+    wf = write_source(tmp_path, "ordered.py", ORDERED)
     proc = brain(brain_cmd, "run", wf, "--json", "--body", "payload")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # nothing but JSON on stdout
@@ -228,7 +203,7 @@ def test_run_json_stdout_is_only_the_run(tmp_path: Path, brain_cmd: list[str]) -
 
 
 def test_failed_run_exits_1(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "failing.py", FAILING)
+    wf = write_source(tmp_path, "failing.py", FAILING)
     proc = brain(brain_cmd, "run", wf)
     assert proc.returncode == 1
     assert "boom" in proc.stderr and "failed" in proc.stderr
@@ -276,8 +251,8 @@ def test_missing_file_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
 
 
 def test_check_good_files_exit_0(tmp_path: Path, brain_cmd: list[str]) -> None:
-    one = write(tmp_path, "flows.py", GOOD)
-    two = write(tmp_path, "fan.py", FAN)
+    one = write_source(tmp_path, "flows.py", GOOD)
+    two = write_source(tmp_path, "fan.py", FAN)
     proc = brain(brain_cmd, "check", one, two)
     assert proc.returncode == 0, proc.stderr
     for name in ("greet", "other", "fan"):
@@ -285,10 +260,10 @@ def test_check_good_files_exit_0(tmp_path: Path, brain_cmd: list[str]) -> None:
 
 
 def test_check_one_bad_file_among_several_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
-    good = write(tmp_path, "flows.py", GOOD)
+    good = write_source(tmp_path, "flows.py", GOOD)
     bad = tmp_path / "bad.py"
     bad.write_text(BROKEN["definition"][0])
-    fan = write(tmp_path, "fan.py", FAN)
+    fan = write_source(tmp_path, "fan.py", FAN)
     proc = brain(brain_cmd, "check", good, bad, fan)
     assert proc.returncode == 2
     out = proc.stderr + proc.stdout
@@ -298,7 +273,7 @@ def test_check_one_bad_file_among_several_exit_2(tmp_path: Path, brain_cmd: list
 
 
 def test_graph_text_and_mermaid(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "fan.py", FAN)
+    wf = write_source(tmp_path, "fan.py", FAN)
     text = brain(brain_cmd, "graph", wf)
     assert text.returncode == 0, text.stderr
     lines = {line.split()[0]: line for line in text.stdout.splitlines()[1:] if line.strip()}
@@ -326,8 +301,8 @@ def test_graph_text_and_mermaid(tmp_path: Path, brain_cmd: list[str]) -> None:
 
 
 def test_runs_filters_limit_and_json(tmp_path: Path, brain_cmd: list[str]) -> None:
-    flows = write(tmp_path, "flows.py", GOOD)
-    failing = write(tmp_path, "failing.py", FAILING)
+    flows = write_source(tmp_path, "flows.py", GOOD)
+    failing = write_source(tmp_path, "failing.py", FAILING)
     assert brain(brain_cmd, "run", f"{flows}:greet").returncode == 0
     assert brain(brain_cmd, "run", f"{flows}:other").returncode == 0
     assert brain(brain_cmd, "run", failing).returncode == 1
@@ -361,7 +336,7 @@ def test_runs_filters_limit_and_json(tmp_path: Path, brain_cmd: list[str]) -> No
 
 
 def test_show_by_unique_prefix(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "ordered.py", ORDERED)
+    wf = write_source(tmp_path, "ordered.py", ORDERED)
     proc = brain(brain_cmd, "run", wf, "--json")
     run = json.loads(proc.stdout)
     prefix = run["run_id"][:8]
@@ -379,7 +354,7 @@ def test_show_by_unique_prefix(tmp_path: Path, brain_cmd: list[str]) -> None:
 
 
 def test_show_unknown_id_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "ordered.py", ORDERED)
+    wf = write_source(tmp_path, "ordered.py", ORDERED)
     run_id = json.loads(brain(brain_cmd, "run", wf, "--json").stdout)["run_id"]
     unknown = "0" * 32 if not run_id.startswith("0") else "f" * 32
     idents = [unknown, "not-an-id"]
@@ -391,7 +366,7 @@ def test_show_unknown_id_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
 
 
 def test_cancel_finished_run_exit_1(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "ordered.py", ORDERED)
+    wf = write_source(tmp_path, "ordered.py", ORDERED)
     run_id = json.loads(brain(brain_cmd, "run", wf, "--json").stdout)["run_id"]
     other = "abcdef" if not run_id.startswith("abcdef") else "fedcba"
     proc, missing = brain_many(brain_cmd, ["cancel", run_id[:10]], ["cancel", other])
@@ -402,8 +377,8 @@ def test_cancel_finished_run_exit_1(tmp_path: Path, brain_cmd: list[str]) -> Non
 
 
 def test_prune_deletes_finished_runs(tmp_path: Path, brain_cmd: list[str]) -> None:
-    flows = write(tmp_path, "flows.py", GOOD)
-    failing = write(tmp_path, "failing.py", FAILING)
+    flows = write_source(tmp_path, "flows.py", GOOD)
+    failing = write_source(tmp_path, "failing.py", FAILING)
     first, second = brain_many(brain_cmd, ["run", f"{flows}:other"], ["run", failing])
     assert (first.returncode, second.returncode) == (0, 1)
 
@@ -458,7 +433,7 @@ def test_no_command_exit_2(brain_cmd: list[str]) -> None:
 
 
 def test_database_password_never_printed(tmp_path: Path, brain_cmd: list[str]) -> None:
-    flow = write(tmp_path, "flow.py", ORDERED)
+    flow = write_source(tmp_path, "flow.py", ORDERED)
     arglists = [["runs"], ["show", "abc123"], ["cancel", "abc123"], ["prune", "--older-than", "1d"],
                 ["run", flow], ["run", flow, "--json"]]
     results = brain_many(brain_cmd, *arglists, env={"BRAIN_DATABASE_URL": PASSWORD_URL})
@@ -480,40 +455,16 @@ def test_db_upgrade_unreachable_database_is_a_clear_error(brain_cmd: list[str]) 
 # --- cancel from another process ------------------------------------------------------------
 
 
-def _wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _running_step(db_file: Path) -> tuple[str, str] | None:
-    if not db_file.exists():
-        return None
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5)) as conn:
-            row = conn.execute(
-                "SELECT r.id, s.name FROM brain_runs r JOIN brain_steps s ON s.run_id = r.id "
-                "WHERE r.status = 'running' AND s.status = 'running'").fetchone()
-    except sqlite3.OperationalError:  # the schema is not there yet
-        return None
-    return (row[0], row[1]) if row else None
-
-
 def test_cancel_from_another_process_stops_the_run(tmp_path: Path, brain_cmd: list[str]) -> None:
-    wf = write(tmp_path, "long.py", LONG)
+    wf = write_source(tmp_path, "long.py", LONG)
     pid_file = tmp_path / "step.pid"
     proc = subprocess.Popen([*brain_cmd, "run", str(wf)], env=os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pgid = None
     try:
-        run_id, step = _wait_for(lambda: _running_step(tmp_path / "brain.db"), 20, "a running step")
+        run_id, step = wait_for(lambda: running_step(tmp_path / "brain.db"), 20, "a running step")
         assert step == "wait"
-        pgid = int(_wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
-                             "the step's pid"))
+        pgid = read_pid(pid_file, 10)
         assert group_alive(pgid)
 
         cancel = brain(brain_cmd, "cancel", run_id)
@@ -527,11 +478,10 @@ def test_cancel_from_another_process_stops_the_run(tmp_path: Path, brain_cmd: li
         assert shown["status"] == "cancelled"
         assert {s["name"]: s["status"] for s in shown["steps"]} == {
             "before": "succeeded", "wait": "cancelled", "after": "cancelled"}
-        _wait_for(lambda: not group_alive(pgid), 5, "the step's processes to end")
+        wait_for(lambda: not group_alive(pgid), 5, "the step's processes to end")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if pgid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+            kill_group_quietly(pgid)

@@ -6,19 +6,10 @@ import asyncio
 import inspect
 
 import pytest
+from support import definition_error
 
 import brain
-from brain import WorkflowDefinitionError, parallel, shell, step, trigger, workflow
-from brain.dsl.workflow import REGISTRY
-
-
-@pytest.fixture(autouse=True)
-def _restore_registry():
-    """Workflows defined here must not leak into other tests' registry."""
-    saved = dict(REGISTRY)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(saved)
+from brain import parallel, shell, step, trigger, workflow
 
 
 def headline_impl(text: str, limit: int = 80) -> str:
@@ -39,13 +30,6 @@ async def shout(text: str) -> str:
 @step
 def combine(a: str, b: str) -> str:
     return f"{a}+{b}"
-
-
-def definition_error(body) -> str:
-    """Decorate ``body`` as workflow ``broken``; return the definition error's message."""
-    with pytest.raises(WorkflowDefinitionError) as info:
-        workflow(name="broken")(body)
-    return str(info.value)
 
 
 # --- a plain function outside a workflow -------------------------------------------------

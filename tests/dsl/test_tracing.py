@@ -7,21 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import definition_error
 
 import brain
 from brain import WorkflowDefinitionError, cron, parallel, secret, shell, step, trigger, webhook, workflow
 from brain.dsl.workflow import REGISTRY
 
 MISUSE = "step outputs exist only at run time; transform them in a @step"
-
-
-@pytest.fixture(autouse=True)
-def _restore_registry():
-    """Workflows defined here must not leak into other tests' registry."""
-    saved = dict(REGISTRY)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(saved)
 
 
 def edges(wf: brain.Workflow) -> set[tuple[str, str]]:
@@ -377,13 +369,6 @@ def test_secret_may_stand_for_an_env_value() -> None:
 
 
 # --- definition errors --------------------------------------------------------------------
-
-
-def definition_error(body, *, name: str = "broken", **options) -> str:
-    """Decorate ``body`` as workflow ``name``; return the definition error's message."""
-    with pytest.raises(WorkflowDefinitionError) as info:
-        workflow(name=name, **options)(body)
-    return str(info.value)
 
 
 def assert_names(message: str, *, workflow: str = "broken", step: str | None = None) -> None:

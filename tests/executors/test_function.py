@@ -6,9 +6,7 @@ annotations resolve (``typing.get_type_hints``).
 """
 
 import asyncio
-import gc
 import json
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -16,20 +14,12 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from support import sql_rows
 
 from brain import shell, step, trigger, workflow
 
-
-@pytest.fixture(autouse=True)
-def _collect_garbage_first() -> None:
-    """Finalise objects left by earlier tests now, under pytest's unraisable-exception hook.
-
-    An asyncio subprocess transport that was never closed complains from ``__del__``
-    once its loop is gone; if that happens while pytest parses source to report a
-    failure, CPython 3.11's ``ast`` raises ``SystemError: AST constructor recursion
-    depth mismatch`` and the whole session stops with INTERNALERROR.
-    """
-    gc.collect()
+# Spawns subprocesses in-process: finalise earlier tests' leftovers first (see the conftest).
+pytestmark = pytest.mark.usefixtures("collect_garbage_first")
 
 
 class Point(BaseModel):
@@ -335,10 +325,8 @@ def test_exception_fails_the_step_with_type_and_message(tmp_path: Path):
     assert r.status == "failed"
     assert r.error == "step 'explode' failed: ValueError: cannot handle xyz"
     assert r.steps["after"].status == "skipped"
-    con = sqlite3.connect(tmp_path / "brain.db")
-    row = con.execute("SELECT status, error, tries, inputs FROM brain_steps WHERE run_id = ? "
-                      "AND name = 'explode'", (r.run_id,)).fetchone()
-    con.close()
+    row = sql_rows(tmp_path, "SELECT status, error, tries, inputs FROM brain_steps WHERE run_id = ? "
+                   "AND name = 'explode'", r.run_id)[0]
     assert row[:3] == ("failed", "ValueError: cannot handle xyz", 1)
     assert json.loads(row[3]) == {"text": "xyz"}
 

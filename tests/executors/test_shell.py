@@ -6,76 +6,23 @@ at a private SQLite file per test. Nothing is mocked: each step spawns a process
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
+from support import kill_quietly, read_pid, sql_rows, wait_gone
 
 from brain import secret, shell, trigger, webhook, workflow
+
+# Spawns subprocesses in-process: finalise earlier tests' leftovers first (see the conftest).
+pytestmark = pytest.mark.usefixtures("collect_garbage_first")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(autouse=True)
-def _collect_garbage_first() -> None:
-    """Finalise objects left by earlier tests now, under pytest's unraisable-exception hook.
-
-    An asyncio subprocess transport that was never closed complains from ``__del__``
-    once its loop is gone; if that happens while pytest parses source to report a
-    failure, CPython 3.11's ``ast`` raises ``SystemError: AST constructor recursion
-    depth mismatch`` and the whole session stops with INTERNALERROR.
-    """
-    gc.collect()
-
-
 # --- helpers -----------------------------------------------------------------
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` no longer runs (reaped, or a zombie nobody reaped yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return True
-    # A killed child re-parented to an init that does not reap stays a zombie ("Z").
-    return stat[stat.rfind(b")") + 2 :].split()[0] == b"Z"
-
-
-def wait_gone(pid: int, seconds: float = 10.0) -> bool:
-    """Poll (bounded) until ``pid`` is gone; ``True`` when it is."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if _gone(pid):
-            return True
-        time.sleep(0.05)
-    return _gone(pid)
-
-
-def wait_for_file(path: Path, seconds: float = 10.0) -> str:
-    """Poll (bounded) until ``path`` has content; return it."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
-        time.sleep(0.02)
-    raise AssertionError(f"{path} was never written")
-
-
-def kill_quietly(pid: int) -> None:
-    """Clean up a process a failing test may have left behind."""
-    try:
-        os.kill(pid, 9)
-    except OSError:
-        pass
 
 
 def db_bytes(tmp_path: Path) -> bytes:
@@ -415,10 +362,8 @@ def test_secret_in_env_is_scrubbed_everywhere(tmp_path: Path, monkeypatch: pytes
     assert value not in (r.error or "")
     assert value not in r.model_dump_json()
 
-    con = sqlite3.connect(tmp_path / "brain.db")
-    stored = con.execute("SELECT inputs, output, error, stderr FROM brain_steps WHERE run_id = ? "
-                         "ORDER BY position", (r.run_id,)).fetchall()
-    con.close()
+    stored = sql_rows(tmp_path, "SELECT inputs, output, error, stderr FROM brain_steps WHERE run_id = ? "
+                      "ORDER BY position", r.run_id)
     assert json.loads(stored[0][0])["env"] == {"TOKEN": "***", "PLAIN": "visible"}
     assert stored[0][1] == "token=***"
     raw = db_bytes(tmp_path)
@@ -488,7 +433,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path):
         shell("after", command="echo after")
 
     r = sh_timeout()
-    pid = int(wait_for_file(pid_file))
+    pid = read_pid(pid_file)
     try:
         hang = r.steps["hang"]
         assert hang.status == "failed"
@@ -526,7 +471,7 @@ def test_background_child_holding_stdout_does_not_hang_the_step(tmp_path: Path):
               env={"PID_FILE": str(pid_file)}, timeout_seconds=10)
 
     r = sh_background()
-    pid = int(wait_for_file(pid_file))
+    pid = read_pid(pid_file)
     try:
         bg = r.steps["bg"]
         assert bg.status == "succeeded", bg.error
@@ -547,7 +492,7 @@ def test_background_child_is_killed_after_a_successful_step(tmp_path: Path):
               env={"PID_FILE": str(pid_file)}, timeout_seconds=10)
 
     r = sh_background_quiet()
-    pid = int(wait_for_file(pid_file))
+    pid = read_pid(pid_file)
     try:
         assert r.steps["bg"].status == "succeeded", r.steps["bg"].error
         assert r.steps["bg"].output == "done"

@@ -4,21 +4,22 @@ expires, without re-running the steps that already succeeded."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from support import kill_group_quietly, running_step, wait_for, write_source
 
 from brain.loader import load_file
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.runner import WORKFLOW_CHANGED, resume_run
 from brain.store import Store
+
+# Spawns subprocesses in-process: finalise earlier tests' leftovers first (see the conftest).
+pytestmark = pytest.mark.usefixtures("collect_garbage_first")
 
 CRASHY = """
     from brain import shell, workflow
@@ -33,49 +34,19 @@ CRASHY = """
 """
 
 
-def write(folder: Path, source: str, name: str = "crashy.py") -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source).lstrip())
-    return path
-
-
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def running_step(db_file: Path) -> tuple[str, str] | None:
-    if not db_file.exists():
-        return None
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5)) as conn:
-            row = conn.execute(
-                "SELECT r.id, s.name FROM brain_runs r JOIN brain_steps s ON s.run_id = r.id "
-                "WHERE r.status = 'running' AND s.status = 'running'").fetchone()
-    except sqlite3.OperationalError:
-        return None
-    return (row[0], row[1]) if row else None
 
 
 def kill_group_from(pid_file: Path) -> None:
     """End the orphaned step process (it runs in its own process group)."""
     if pid_file.exists() and pid_file.read_text().strip():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        kill_group_quietly(int(pid_file.read_text()))
 
 
 def test_killed_run_is_resumed_without_rerunning_finished_steps(
         tmp_path: Path, db_url: str, brain_cmd: list[str]) -> None:
-    flow = write(tmp_path, CRASHY)
+    flow = write_source(tmp_path, "crashy.py", CRASHY)
     env = {**os.environ, "BRAIN_LEASE_SECONDS": "2"}
     proc = subprocess.Popen([*brain_cmd, "run", str(flow)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -141,7 +112,7 @@ SIMPLE = """
 
 
 def simple_flow(folder: Path, word: str = "one") -> Path:
-    return write(folder, SIMPLE.replace("WORD", word), name="simple.py")
+    return write_source(folder, "simple.py", SIMPLE.replace("WORD", word))
 
 
 async def _dead_run(store: Store, wf, *, lease_seconds: float) -> str:  # type: ignore[no-untyped-def]

@@ -8,82 +8,23 @@ calling a workflow from sync and async code.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
-import os
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
+from support import kill_quietly, read_pid, sql_rows, wait_gone
 
 from brain import RunResult, StepStatus, parallel, secret, shell, step, trigger, workflow
 from brain.runner import StepEvent
 from brain.store import Store
 
+# Spawns subprocesses in-process: finalise earlier tests' leftovers first (see the conftest).
+pytestmark = pytest.mark.usefixtures("collect_garbage_first")
+
 # A shell loop that waits (bounded: about 10 s) for the file named by $WAIT_FOR.
 WAIT_FOR_FILE = ('i=0; while [ ! -e "$WAIT_FOR" ]; do i=$((i+1)); '
                  'if [ $i -gt 200 ]; then echo "gave up waiting" >&2; exit 9; fi; sleep 0.05; done')
-
-
-@pytest.fixture(autouse=True)
-def _collect_garbage_first() -> None:
-    """Finalise objects left by earlier tests now, under pytest's unraisable-exception hook.
-
-    An asyncio subprocess transport that was never closed complains from ``__del__``
-    once its loop is gone; if that happens while pytest parses source to report a
-    failure, CPython 3.11's ``ast`` raises ``SystemError: AST constructor recursion
-    depth mismatch`` and the whole session stops with INTERNALERROR.
-    """
-    gc.collect()
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return True
-    return stat[stat.rfind(b")") + 2 :].split()[0] == b"Z"  # killed, not yet reaped
-
-
-def wait_gone(pid: int, seconds: float = 10.0) -> bool:
-    """Poll (bounded) until process ``pid`` is gone."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if _gone(pid):
-            return True
-        time.sleep(0.05)
-    return _gone(pid)
-
-
-def read_pid(path: Path, seconds: float = 10.0) -> int:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return int(path.read_text().strip())
-        time.sleep(0.02)
-    raise AssertionError(f"{path} was never written")
-
-
-def kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, 9)
-    except OSError:
-        pass
-
-
-def sql_rows(tmp_path: Path, query: str, *args: object) -> list[sqlite3.Row]:
-    con = sqlite3.connect(tmp_path / "brain.db")
-    con.row_factory = sqlite3.Row
-    try:
-        return con.execute(query, args).fetchall()
-    finally:
-        con.close()
 
 
 # --- order and concurrency ---------------------------------------------------------

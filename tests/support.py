@@ -1,0 +1,153 @@
+"""Helpers shared by the test files: processes, polling, the test's SQLite file, workflow sources.
+
+``tests/conftest.py`` puts this folder on ``sys.path``, so any test file can ``import support``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from brain import WorkflowDefinitionError, workflow
+
+T = TypeVar("T")
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); ``None`` if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def pid_gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs (reaped, or a zombie nobody reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    fields = _stat_fields(pid)
+    # A killed child re-parented to an init that does not reap stays a zombie ("Z").
+    return fields is None or fields[0] == b"Z"
+
+
+def wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    """Poll (bounded) until process ``pid`` is gone; ``True`` when it is."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pid_gone(pid):
+            return True
+        time.sleep(0.05)
+    return pid_gone(pid)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is left in process group ``pgid``."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(entry)
+        if fields is not None and len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def kill_quietly(pid: int) -> None:
+    """SIGKILL ``pid`` if it still exists: clean-up for a process a failing test may leave behind."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def kill_group_quietly(pgid: int) -> None:
+    """SIGKILL process group ``pgid`` if it still exists (clean-up, like :func:`kill_quietly`)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+# --- polling --------------------------------------------------------------------------------------
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll ``predicate`` (bounded by ``timeout`` seconds) until it returns a truthy value; return it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for_file(path: Path, seconds: float = 10.0) -> str:
+    """Poll (bounded) until ``path`` has content; return it, stripped."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.02)
+    raise AssertionError(f"{path} was never written")
+
+
+def read_pid(path: Path, seconds: float = 10.0) -> int:
+    """The process id a step writes to ``path``, once it is there (bounded wait)."""
+    return int(wait_for_file(path, seconds))
+
+
+# --- the test's SQLite database -------------------------------------------------------------------
+
+
+def sql_rows(tmp_path: Path, query: str, *args: object) -> list[sqlite3.Row]:
+    """Rows of ``query`` on this test's database (``tmp_path / "brain.db"``), read directly."""
+    con = sqlite3.connect(tmp_path / "brain.db")
+    con.row_factory = sqlite3.Row
+    try:
+        return con.execute(query, args).fetchall()
+    finally:
+        con.close()
+
+
+def running_step(db_file: Path) -> tuple[str, str] | None:
+    """``(run id, step name)`` of a step running in a running run of ``db_file``, read-only; else ``None``."""
+    if not db_file.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5)) as conn:
+            row = conn.execute(
+                "SELECT r.id, s.name FROM brain_runs r JOIN brain_steps s ON s.run_id = r.id "
+                "WHERE r.status = 'running' AND s.status = 'running'").fetchone()
+    except sqlite3.OperationalError:  # the schema is not there yet
+        return None
+    return (row[0], row[1]) if row else None
+
+
+# --- workflow sources and definitions -------------------------------------------------------------
+
+
+def write_source(folder: Path, name: str, source: str) -> Path:
+    """Write ``source`` (dedented) to ``folder / name``; return the path."""
+    path = folder / name
+    path.write_text(textwrap.dedent(source).lstrip())
+    return path
+
+
+def definition_error(body: Callable[..., Any], *, name: str = "broken", **options: Any) -> str:
+    """Decorate ``body`` as workflow ``name``; return the definition error's message."""
+    with pytest.raises(WorkflowDefinitionError) as info:
+        workflow(name=name, **options)(body)
+    return str(info.value)
