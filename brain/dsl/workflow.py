@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
@@ -100,26 +98,10 @@ class Workflow:
             raise WorkflowDefinitionError(
                 f"workflow {self.name!r} was called while tracing another workflow: "
                 f"sub-workflows are not supported yet")
-        coro = self.arun(trigger, store=store, on_event=on_event)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        # A loop already runs in this thread (Jupyter, async code): use a private one.
-        box: dict[str, Any] = {}
+        from brain._sync import run_sync
 
-        def target() -> None:
-            try:
-                box["result"] = asyncio.run(coro)
-            except BaseException as exc:  # re-raised in the caller's thread
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name=f"brain-run-{self.name}")
-        thread.start()
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["result"]  # type: ignore[no-any-return]
+        return run_sync(self.arun(trigger, store=store, on_event=on_event),
+                        thread_name=f"brain-run-{self.name}")
 
     __call__ = run
 

@@ -8,7 +8,7 @@ they never touch the store or the server: the runner records.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -79,6 +79,27 @@ def read_secret(ref: SecretRef, *, lenient: bool = False) -> str:
     if value is None:
         raise StepFailed(f"secret {ref.env} is not set in the environment", retryable=False)
     return value
+
+
+def resolve_values(values: Mapping[str, str | SecretRef], resolve: Resolve, secrets: list[str], *,
+                   mocked: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    """``env``-style values: templates resolved, secrets read (and noted for scrubbing).
+
+    Returns the real values and the ones to show (secrets as ``***``). A NUL
+    byte fails the step: no environment or argument can carry it.
+    """
+    real: dict[str, str] = {}
+    shown: dict[str, str] = {}
+    for key, value in values.items():
+        if isinstance(value, SecretRef):
+            real[key] = read_secret(value, lenient=mocked)
+            secrets.append(real[key])
+            shown[key] = REDACTED
+        else:
+            real[key] = shown[key] = resolve(value, False)
+        if "\x00" in real[key]:
+            raise StepFailed(f"the value of {key} contains a NUL byte", retryable=False)
+    return real, shown
 
 
 def tail_text(data: bytes, limit: int = 8192) -> str | None:

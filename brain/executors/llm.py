@@ -31,25 +31,23 @@ EMPTY_CONTENT = ("the model returned empty content; a reasoning model likely nee
                  "max_tokens and timeout_seconds (e.g. max_tokens=8000, timeout_seconds=600)")
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any user and password replaced by ``***``."""
+def _replace_userinfo(url: str, replacement: str) -> str:
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
     host = parts.hostname or ""
     if parts.port is not None:
         host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, replacement + host, parts.path, parts.query, parts.fragment))
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any user and password replaced by ``***``."""
+    return _replace_userinfo(url, "***@")
 
 
 def _without_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return _replace_userinfo(url, "")
 
 
 def chat_url(base: str) -> str:

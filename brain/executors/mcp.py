@@ -23,12 +23,11 @@ from typing import Any
 from brain._errors import StepFailed
 from brain.dsl.model import McpStepSpec, SecretRef
 from brain.executors.base import (
-    REDACTED,
     PreparedStep,
     Resolve,
     StepContext,
     StepOutput,
-    read_secret,
+    resolve_values,
     tail_text,
 )
 from brain.executors.process import KILL_GRACE_SECONDS, kill_group, signal_group
@@ -65,29 +64,14 @@ class McpExecutor:
         """Fill in the command's words, top-level string args and env values."""
         secrets: list[str] = []
         words = [spec.server_command[0], *(resolve(w, False) for w in spec.server_command[1:])]
-        args: dict[str, Any] = {}
-        shown_args: dict[str, Any] = {}
-        for key, value in spec.args.items():
-            if isinstance(value, SecretRef):
-                args[key] = read_secret(value, lenient=mocked)
-                secrets.append(args[key])
-                shown_args[key] = REDACTED
-            elif isinstance(value, str):
-                args[key] = shown_args[key] = resolve(value, False)
-            else:
-                args[key] = shown_args[key] = value
-        env: dict[str, str] = {}
-        shown_env: dict[str, str] = {}
-        for key, raw in spec.env.items():
-            if isinstance(raw, SecretRef):
-                env[key] = read_secret(raw, lenient=mocked)
-                secrets.append(env[key])
-                shown_env[key] = REDACTED
-            else:
-                env[key] = shown_env[key] = resolve(raw, False)
-        for word in [*words, *env.values()]:
-            if "\x00" in word:
-                raise StepFailed("a command word or env value contains a NUL byte", retryable=False)
+        # Top-level strings and secrets are resolved; other values keep their types.
+        templated = {k: v for k, v in spec.args.items() if isinstance(v, (str, SecretRef))}
+        real, shown = resolve_values(templated, resolve, secrets, mocked=mocked)
+        args = {k: real.get(k, v) for k, v in spec.args.items()}
+        shown_args = {k: shown.get(k, v) for k, v in spec.args.items()}
+        env, shown_env = resolve_values(spec.env, resolve, secrets, mocked=mocked)
+        if any("\x00" in word for word in words):
+            raise StepFailed("a server_command word contains a NUL byte", retryable=False)
         inputs: dict[str, Any] = {"server_command": words, "tool": spec.tool, "args": shown_args}
         if shown_env:
             inputs["env"] = shown_env

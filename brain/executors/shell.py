@@ -15,14 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from brain._errors import StepFailed
-from brain.dsl.model import SecretRef, ShellStepSpec
+from brain.dsl.model import ShellStepSpec
 from brain.executors.base import (
-    REDACTED,
     PreparedStep,
     Resolve,
     StepContext,
     StepOutput,
-    read_secret,
+    resolve_values,
     tail_text,
 )
 from brain.executors.process import KILL_GRACE_SECONDS, group_alive, kill_group, signal_group
@@ -56,17 +55,7 @@ class ShellExecutor:
             inputs["argv"] = list(payload["argv"])
         if spec.stdin is not None:
             payload["stdin"] = inputs["stdin"] = resolve(spec.stdin, False)
-        env: dict[str, str] = {}
-        shown_env: dict[str, str] = {}
-        for key, value in spec.env.items():
-            if isinstance(value, SecretRef):
-                env[key] = read_secret(value, lenient=mocked)
-                secrets.append(env[key])
-                shown_env[key] = REDACTED
-            else:
-                env[key] = shown_env[key] = resolve(value, False)
-            if "\x00" in env[key]:
-                raise StepFailed(f"env value {key} contains a NUL byte", retryable=False)
+        env, shown_env = resolve_values(spec.env, resolve, secrets, mocked=mocked)
         payload["env"] = env
         if shown_env:
             inputs["env"] = shown_env

@@ -8,7 +8,6 @@ the process, the HTTP call or the MCP server.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -158,22 +157,7 @@ def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mo
     >>> r.steps["fast"].inputs["prompt"]                                  # doctest: +SKIP
     'Two sentences: memo A'
     """
-    coro = arun_workflow(wf, trigger, mocks=mocks, strict=strict, previous=previous, store=store)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
+    from brain._sync import run_sync
 
-    def target() -> None:
-        try:
-            box["result"] = asyncio.run(coro)
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="brain-run-workflow")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]  # type: ignore[no-any-return]
+    return run_sync(arun_workflow(wf, trigger, mocks=mocks, strict=strict, previous=previous,
+                                  store=store), thread_name="brain-run-workflow")
