@@ -19,6 +19,8 @@ from brain.runner.events import EventHandler, StepEvent
 from brain.store.store import utcnow
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from brain.dsl.workflow import Workflow
     from brain.store.base import RunStore
 
@@ -249,23 +251,21 @@ class RunExecution:
                                            tries=tries + 1, ended_at=utcnow(), error=msg)
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries + 1, msg))
             return _Outcome(spec.name, False, msg)
-        # Recorded while the step starts: for steps that wait on I/O (HTTP, a server
-        # process) the write costs nothing; the store's lock keeps it ahead of the
-        # step's final write, which awaits it.
-        marked = asyncio.create_task(self.store.step_running(
-            self.run_id, spec.name, inputs=prepared.inputs, tries=tries + 1, started_at=started))
+        marked = _RunningMark(self.store, self.run_id, spec.name, prepared.inputs, tries + 1,
+                              started)
         self._emit(StepEvent(self.run_id, spec.name, spec.kind, "running", tries + 1))
         attempt = 0
         while True:
             attempt += 1
             tries += 1
             result = await self._attempt(executor, spec, prepared)
+            ended = utcnow()  # when the work ended, not when its record was written
             if isinstance(result, StepOutput):
                 output = _scrub(result.output, prepared.secrets) or ""
-                await marked
+                await marked.settle()
                 await self.store.step_finished(
                     self.run_id, spec.name, status=StepStatus.SUCCEEDED, tries=tries,
-                    ended_at=utcnow(), output=output,
+                    ended_at=ended, output=output, inputs=prepared.inputs, started_at=started,
                     stderr=_scrub(result.stderr, prepared.secrets))
                 self.outputs[spec.name] = output
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "succeeded", tries,
@@ -277,9 +277,10 @@ class RunExecution:
                 delay = spec.retry_delay_seconds * 2 ** (attempt - 1)
                 await asyncio.sleep(max(delay, result.retry_after or 0.0))
                 continue
-            await marked
+            await marked.settle()
             await self.store.step_finished(
-                self.run_id, spec.name, status=StepStatus.FAILED, tries=tries, ended_at=utcnow(),
+                self.run_id, spec.name, status=StepStatus.FAILED, tries=tries, ended_at=ended,
+                inputs=prepared.inputs, started_at=started,
                 error=message, stderr=_scrub(result.stderr, prepared.secrets))
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries, message,
                                  seconds=time.perf_counter() - t0))
@@ -308,6 +309,36 @@ class RunExecution:
             return StepFailed(f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
                               stderr=result.stderr, retryable=False)
         return result
+
+
+class _RunningMark:
+    """Records a step as ``running`` as it starts, without making the step wait for it.
+
+    The write overlaps the step's own work (an HTTP call, a process start); the
+    store's lock keeps it ahead of the final write, and :meth:`settle` lets it
+    land first. A step that ends within the same loop turn (a mocked one) is
+    written once, finished, with its inputs and start time.
+    """
+
+    DELAY_SECONDS = 0.0
+
+    def __init__(self, store: RunStore, run_id: str, name: str, inputs: dict[str, object],
+                 tries: int, started: datetime) -> None:
+        self.writing = False
+
+        async def mark() -> None:
+            await asyncio.sleep(self.DELAY_SECONDS)
+            self.writing = True
+            await store.step_running(run_id, name, inputs=inputs, tries=tries, started_at=started)
+
+        self.task = asyncio.create_task(mark())
+
+    async def settle(self) -> None:
+        """Before the final write: drop the mark if it was not begun, else let it land first."""
+        if not self.writing:
+            self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
 
 
 def webhook_secret_names() -> frozenset[str]:

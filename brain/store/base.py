@@ -64,7 +64,8 @@ class RunStore(Protocol):
     async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
-                            inputs: dict[str, Any] | None = None) -> None: ...
+                            inputs: dict[str, Any] | None = None,
+                            started_at: datetime | None = None) -> None: ...
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None) -> None: ...

@@ -143,13 +143,16 @@ class MemoryStore:
     async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
-                            inputs: dict[str, Any] | None = None) -> None:
+                            inputs: dict[str, Any] | None = None,
+                            started_at: datetime | None = None) -> None:
         """Record a step's end."""
         step = self._run(run_id).steps[name]
         step.status, step.tries, step.ended_at = status.value, tries, ended_at
         step.output, step.error, step.stderr = output, error, stderr
         if inputs is not None:
             step.inputs = copy.deepcopy(inputs)
+        if started_at is not None:
+            step.started_at = started_at
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None) -> None:

@@ -289,16 +289,27 @@ class Store(QueueMixin):
     async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
-                            inputs: dict[str, Any] | None = None) -> None:
-        """Record a step's end; committed before this returns."""
-        if inputs is None:
+                            inputs: dict[str, Any] | None = None,
+                            started_at: datetime | None = None) -> None:
+        """Record a step's end; committed before this returns.
+
+        ``inputs`` and ``started_at``, when given, are written too (a quick step
+        is recorded once, finished, without a ``running`` write first).
+        """
+        if inputs is not None and started_at is not None:
             await self._one(_STEP_FINISHED, dict(
                 b_run=run_id, b_name=name, b_status=status.value, b_tries=tries, b_ended=ended_at,
-                b_output=output, b_error=error, b_stderr=stderr))
+                b_output=output, b_error=error, b_stderr=stderr, b_inputs=json.dumps(inputs),
+                b_started=started_at))
             return
+        values: dict[str, Any] = dict(status=status.value, tries=tries, ended_at=ended_at,
+                                      output=output, error=error, stderr=stderr)
+        if inputs is not None:
+            values["inputs"] = json.dumps(inputs)
+        if started_at is not None:
+            values["started_at"] = started_at
         await self._one(update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
-                        .values(status=status.value, tries=tries, ended_at=ended_at, output=output,
-                                error=error, stderr=stderr, inputs=json.dumps(inputs)))
+                        .values(**values))
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None) -> None:
@@ -466,7 +477,8 @@ _STEP_FINISHED = (
     update(steps)
     .where(steps.c.run_id == bindparam("b_run"), steps.c.name == bindparam("b_name"))
     .values(status=bindparam("b_status"), tries=bindparam("b_tries"), ended_at=bindparam("b_ended"),
-            output=bindparam("b_output"), error=bindparam("b_error"), stderr=bindparam("b_stderr")))
+            output=bindparam("b_output"), error=bindparam("b_error"), stderr=bindparam("b_stderr"),
+            inputs=bindparam("b_inputs"), started_at=bindparam("b_started")))
 
 
 def _trigger(row: Row[Any]) -> TriggerData:
