@@ -61,6 +61,9 @@ class Store(QueueMixin):
         self._auto: AsyncEngine | None = None
         self._held: AsyncConnection | None = None
         self._lock = asyncio.Lock()
+        self._batch: list[tuple[list[tuple[Any, Any]], asyncio.Future[None]]] = []
+        self._flushing = False
+        self._flusher: asyncio.Future[None] | None = None
 
     @classmethod
     def memory(cls) -> Store:
@@ -208,18 +211,56 @@ class Store(QueueMixin):
                     await conn.execute(statement, params)
             return
 
-        async def go() -> None:
-            async with self._connection() as conn:
-                await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Group commit: transactions that arrive while one is being written wait and
+        # are committed together in the next, each caller still answered only after
+        # its own commit. Under concurrent webhooks this is most of the ingest rate.
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._batch.append((statements, future))
+        if not self._flushing:
+            self._flushing = True
+            self._flusher = asyncio.ensure_future(self._flush_batches())
+        await asyncio.shield(future)
+
+    async def _flush_batches(self) -> None:
+        try:
+            while self._batch:
+                batch, self._batch = self._batch, []
                 try:
+                    await self._write_batch([stmts for stmts, _ in batch])
+                    outcomes: list[BaseException | None] = [None] * len(batch)
+                except SQLAlchemyError:
+                    # One of them broke a constraint (a repeated delivery, a claimed
+                    # fire): write each alone, so only that one fails.
+                    outcomes = []
+                    for stmts, _ in batch:
+                        try:
+                            await self._write_batch([stmts])
+                            outcomes.append(None)
+                        except BaseException as exc:
+                            outcomes.append(exc)
+                except BaseException as exc:
+                    outcomes = [exc] * len(batch)
+                for (_, future), outcome in zip(batch, outcomes, strict=True):
+                    if future.done():
+                        continue
+                    if outcome is None:
+                        future.set_result(None)
+                    else:
+                        future.set_exception(outcome)
+        finally:
+            self._flushing = False
+
+    async def _write_batch(self, transactions: list[list[tuple[Any, Any]]]) -> None:
+        async with self._connection() as conn:
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                for statements in transactions:
                     for statement, params in statements:
                         await conn.execute(statement, params)
-                except BaseException:
-                    await conn.exec_driver_sql("ROLLBACK")
-                    raise
-                await conn.exec_driver_sql("COMMIT")
-
-        await asyncio.shield(go())
+            except BaseException:
+                await conn.exec_driver_sql("ROLLBACK")
+                raise
+            await conn.exec_driver_sql("COMMIT")
 
     # --- writing runs -------------------------------------------------------
 
