@@ -258,7 +258,11 @@ class RunExecution:
         while True:
             attempt += 1
             tries += 1
-            result = await self._attempt(executor, spec, prepared)
+            try:
+                result = await self._attempt(executor, spec, prepared)
+            except asyncio.CancelledError:
+                marked.drop()  # the run records this step as cancelled; no late "running"
+                raise
             ended = utcnow()  # when the work ended, not when its record was written
             if isinstance(result, StepOutput):
                 output = _scrub(result.output, prepared.secrets) or ""
@@ -333,10 +337,15 @@ class _RunningMark:
 
         self.task = asyncio.create_task(mark())
 
-    async def settle(self) -> None:
-        """Before the final write: drop the mark if it was not begun, else let it land first."""
+    def drop(self) -> None:
+        """Forget the mark unless its write has begun (a begun write lands first: the
+        store's lock is first come, first served)."""
         if not self.writing:
             self.task.cancel()
+
+    async def settle(self) -> None:
+        """Before the final write: drop the mark if it was not begun, else let it land first."""
+        self.drop()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
 
