@@ -69,9 +69,13 @@ async def ensure_current(engine: AsyncEngine, *, auto_upgrade: bool, shown_url: 
             try:
                 await upgrade(engine)
             except Exception:
-                # Another process may have created the schema at the same moment.
-                if await current_revision(engine) != SCHEMA_REVISION:
-                    raise
+                # Another process may be creating the schema at this moment (SQLite DDL is
+                # not transactional under Alembic): give it a few seconds to finish.
+                for _ in range(100):
+                    if await current_revision(engine) == SCHEMA_REVISION:
+                        return
+                    await asyncio.sleep(0.1)
+                raise
         return
     raise StoreError(
         f"the database at {shown_url} has schema revision {revision or 'none'}, this version of "

@@ -558,9 +558,11 @@ def _sqlite_settings(engine: AsyncEngine, *, memory: bool) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
+        # The busy timeout first: switching a new file to WAL needs a lock another
+        # process opening the same new file may hold for a moment.
+        cur.execute("PRAGMA busy_timeout=10000")
         if not memory:
             cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={sync_mode}")
-        cur.execute("PRAGMA busy_timeout=10000")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
