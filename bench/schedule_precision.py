@@ -18,11 +18,8 @@ are left out. Targets: median < 20 ms, max < 200 ms.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -31,6 +28,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from _serve import brain_serve, serve_env
+
 WORKFLOW = '''
 from brain import every, shell, trigger, workflow
 
@@ -38,12 +37,6 @@ from brain import every, shell, trigger, workflow
 def tick():
     shell("tick", argv=["echo", trigger.body])
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def parse_time(value: str) -> datetime:
@@ -75,31 +68,12 @@ def main() -> None:
     parser.add_argument("--fires", type=int, default=60, help="fires to measure (default 60)")
     args = parser.parse_args()
 
-    import httpx
-
     with tempfile.TemporaryDirectory(prefix="brain-bench-schedule-") as tmp_dir:
         tmp = Path(tmp_dir)
         (tmp / "flows").mkdir()
         (tmp / "flows" / "tick.py").write_text(textwrap.dedent(WORKFLOW))
         db = tmp / "brain.db"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAIN_", "THE_BRAIN_"))}
-        env["BRAIN_DATABASE_URL"] = f"sqlite+aiosqlite:///{db}"
-        port = free_port()
-        log = tmp / "serve.log"
-        brain_exe = Path(sys.executable).with_name("brain")
-        with log.open("wb") as out:
-            proc = subprocess.Popen([str(brain_exe), "serve", str(tmp / "flows"), "--port", str(port)],
-                                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    sys.exit(f"brain serve did not start:\n{log.read_text()}")
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.05)
+        with brain_serve(tmp / "flows", serve_env(db), tmp / "serve.log"):
             ready = datetime.now(UTC)
             print(f"every(seconds=1): waiting for {args.fires} fires after start-up "
                   f"(~{args.fires} s) …", flush=True)
@@ -109,13 +83,6 @@ def main() -> None:
                 if len(measured) >= args.fires:
                     break
                 time.sleep(0.25)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
         rows = schedule_runs(db)
         with sqlite3.connect(db) as con:
             claims = con.execute("SELECT count(*) FROM brain_fires").fetchone()[0]
@@ -126,7 +93,7 @@ def main() -> None:
     after = [(parse_time(b), parse_time(c), parse_time(s) if s else None) for b, c, s in rows
              if parse_time(b) > ready][: args.fires]
     if not after:
-        sys.exit(f"no fire after start-up:\n{log.read_text() if log.exists() else ''}")
+        sys.exit("no fire after start-up")
     created = [(c - f).total_seconds() * 1000 for f, c, _ in after]
     started = [(s - f).total_seconds() * 1000 for f, _, s in after if s is not None]
     first, last = after[0][0], after[-1][0]

@@ -14,16 +14,15 @@ target is latency ≤ debounce + 100 ms.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from _serve import brain_serve, serve_env
 
 WORKFLOW = '''
 from brain import shell, trigger, watch, workflow
@@ -32,12 +31,6 @@ from brain import shell, trigger, watch, workflow
 def inbox():
     shell("count", argv=["wc", "-l", trigger.path])
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def started_at(db: Path, path: str) -> datetime | None:
@@ -59,8 +52,6 @@ def main() -> None:
     parser.add_argument("--debounce", type=float, default=0.5)
     args = parser.parse_args()
 
-    import httpx
-
     with tempfile.TemporaryDirectory(prefix="brain-bench-watch-") as tmp_dir:
         tmp = Path(tmp_dir).resolve()
         flows = tmp / "flows"
@@ -68,26 +59,9 @@ def main() -> None:
         inbox.mkdir(parents=True)
         (flows / "inbox_flow.py").write_text(WORKFLOW.format(debounce=args.debounce))
         db = tmp / "brain.db"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAIN_", "THE_BRAIN_"))}
-        env["BRAIN_DATABASE_URL"] = f"sqlite+aiosqlite:///{db}"
-        port = free_port()
-        log = tmp / "serve.log"
-        brain_exe = Path(sys.executable).with_name("brain")
-        with log.open("wb") as out:
-            proc = subprocess.Popen([str(brain_exe), "serve", str(flows), "--port", str(port)],
-                                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         latencies: list[float] = []
         lost: list[str] = []
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    sys.exit(f"brain serve did not start:\n{log.read_text()}")
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.05)
+        with brain_serve(flows, serve_env(db), tmp / "serve.log"):
             for i in range(args.files):
                 path = inbox / f"file-{i:03d}.txt"
                 with path.open("w") as handle:  # a few chunks, as a real writer would
@@ -104,13 +78,6 @@ def main() -> None:
                     lost.append(path.name)
                     continue
                 latencies.append((started - closed).total_seconds() * 1000)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
     if not latencies:
         sys.exit("no run started")

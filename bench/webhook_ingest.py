@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -32,6 +31,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from _serve import brain_serve, free_port, start, stop, wait_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "bench-webhook-secret"
@@ -67,28 +68,6 @@ async def hook(request: Request, path: str) -> Response:
 
 app = Litestar(route_handlers=[hook], debug=False, logging_config=None)
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, probe: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"the server exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            httpx.post(url + probe, content=b"", timeout=1) if probe.startswith("/hooks") \
-                else httpx.get(url + probe, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    sys.exit(f"the server did not start:\n{log.read_text()}")
 
 
 def run_client(url: str, seconds: float, connections: int, tag: str) -> dict[str, object]:
@@ -146,21 +125,6 @@ def client_main(url: str, seconds: float, connections: int, tag: str) -> None:
     print(json.dumps(asyncio.run(go())))
 
 
-def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-
-
 def accepted(result: dict[str, object]) -> int:
     statuses = result["statuses"]
     assert isinstance(statuses, dict)
@@ -201,16 +165,9 @@ def main() -> None:
         finally:
             stop(bare)
 
-        port = free_port()
-        brain_exe = Path(sys.executable).with_name("brain")
-        serve = start([str(brain_exe), "serve", str(tmp / "flows"), "--port", str(port)], env,
-                      tmp / "serve.log")
-        try:
-            wait_healthy(f"http://127.0.0.1:{port}", serve, tmp / "serve.log", "/health")
-            brain_result = run_client(f"http://127.0.0.1:{port}/hooks/ingest", args.seconds,
-                                      args.connections, "brain")
-        finally:
-            stop(serve)
+        with brain_serve(tmp / "flows", env, tmp / "serve.log") as url:
+            brain_result = run_client(f"{url}/hooks/ingest", args.seconds, args.connections,
+                                      "brain")
 
         with sqlite3.connect(db) as con:
             by_status = dict(con.execute("SELECT status, count(*) FROM brain_runs "
