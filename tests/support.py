@@ -25,6 +25,33 @@ T = TypeVar("T")
 # --- processes ----------------------------------------------------------------------------------
 
 
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(proc: Any, url: str, output: Callable[[], str], seconds: float = 30.0) -> None:
+    """Wait until ``brain serve`` at ``url`` answers ``/health`` with 200; fail with its output
+    if it exits first or never answers."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"brain serve exited with {proc.returncode}:\n{output()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"brain serve did not answer /health:\n{output()}")
+
+
 def _stat_fields(pid: int | str) -> list[bytes] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name (state first); ``None`` if gone."""
     try:

@@ -1,4 +1,4 @@
-"""Helpers for the server tests: a free loopback port, a real ``brain serve`` subprocess, polling.
+"""Helpers for the server tests: a real ``brain serve`` subprocess, polling.
 
 ``conftest.py`` puts this folder on ``sys.path`` so test files can ``import serve_support``.
 """
@@ -9,7 +9,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from support import free_port, wait_healthy
 
 FINISHED = {"succeeded", "failed", "cancelled"}
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now, on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def brain_argv() -> list[str]:
@@ -59,17 +52,7 @@ class BrainServer:
         self.client = httpx.Client(base_url=self.url, timeout=30)
 
     def wait_healthy(self, seconds: float = 30.0) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"brain serve exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if self.client.get("/health").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"brain serve never answered /health:\n{self.output()}")
+        wait_healthy(self.proc, self.url, self.output, seconds)
 
     def output(self) -> str:
         """Everything the server wrote so far (stdout, then stderr)."""

@@ -11,28 +11,20 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from support import pid_gone, sql_rows, wait_for, write_source
+from support import free_port, pid_gone, sql_rows, wait_for, wait_healthy, write_source
 
 from brain.server.webhooks import sign
 
 SECRET = "crash-test-secret"
 DELIVERIES = 100
 KILL_AFTER = 40
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
@@ -48,18 +40,7 @@ class Server:
                                          start_new_session=True)
 
     def wait_ready(self, seconds: float = 30.0) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"brain serve exited with {self.proc.returncode}:\n"
-                                     f"{self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"brain serve did not answer /health:\n{self.log.read_text()}")
+        wait_healthy(self.proc, self.url, self.log.read_text, seconds)
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -19,21 +18,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-import httpx
 import pytest
-from support import sql_rows, wait_for, write_source
+from support import free_port, sql_rows, wait_for, wait_healthy, write_source
 
 from brain.results import TriggerData
 from brain.store import Store
 
 # uvicorn re-raises the SIGTERM it handled once shut down gracefully, so the status may be -15.
 CLEAN_EXIT = (0, -signal.SIGTERM)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
@@ -48,18 +40,7 @@ class Server:
             self.proc = subprocess.Popen([*brain_cmd, "serve", str(folder), "--port", str(port)],
                                          env=env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"brain serve exited with {self.proc.returncode}:\n"
-                                     f"{self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"brain serve did not answer /health:\n{self.log.read_text()}")
+        wait_healthy(self.proc, self.url, self.log.read_text)
 
     def stop(self) -> int:
         """SIGTERM, then wait (bounded) for a clean exit."""

@@ -7,8 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from serve_support import free_port
-from support import write_source
+from support import free_port, write_source
 
 HELLO = """
 from brain import shell, workflow
