@@ -100,14 +100,6 @@ def has_placeholders(text: str) -> bool:
     return any(isinstance(p, Ref) for p in parse(text))
 
 
-def unescape(text: str) -> str:
-    """``text`` with escapes applied and no placeholder: the literal it stands for."""
-    parts = parse(text)
-    if len(parts) == 1 and isinstance(parts[0], str):
-        return parts[0]
-    return "".join(p for p in parts if isinstance(p, str))
-
-
 def render(text: str, lookup: Callable[[Ref], str], *, shell_quote: bool = False) -> str:
     """Fill in ``text`` in one pass; ``lookup`` gives each placeholder's value.
 

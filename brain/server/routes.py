@@ -103,7 +103,7 @@ async def get_workflow(request: Request[Any, Any, Any], name: FromPath[str]) -> 
 
 
 def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
-    from brain.triggers.schedule import next_fire
+    from brain.triggers.schedule import next_fire, trigger_key
 
     now = datetime.now(UTC)
     triggers = []
@@ -115,7 +115,7 @@ def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
         if trig.type == "webhook":
             item["url_path"] = f"/hooks/{(trig.path or wf.name).strip('/')}"
             item.pop("secret_env", None)
-        item["key"] = f"{trig.type}:{i}"
+        item["key"] = trigger_key(i, trig)
         triggers.append(item)
     return {"name": wf.name, "description": wf.description, "steps_count": len(wf.spec.steps),
             "max_concurrent_runs": wf.spec.max_concurrent_runs, "triggers": triggers}

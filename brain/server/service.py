@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from brain._errors import BrainError, WorkflowLoadError
 from brain.dsl.triggers import CronTrigger, EveryTrigger, WatchTrigger, WebhookTrigger
 from brain.results import FINISHED_RUN, RunResult, TriggerData
+from brain.triggers.schedule import trigger_key
 
 if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
@@ -304,12 +305,12 @@ class BrainService:
     # --- triggers ------------------------------------------------------------
 
     def _schedules(self) -> list[tuple[str, str, Any]]:
-        return [(wf.name, f"{trig.type}:{i}", trig) for wf in self.workflows.values()
+        return [(wf.name, trigger_key(i, trig), trig) for wf in self.workflows.values()
                 for i, trig in enumerate(wf.triggers)
                 if isinstance(trig, (CronTrigger, EveryTrigger))]
 
     def _watches(self) -> list[tuple[Workflow, str, WatchTrigger]]:
-        return [(wf, f"watch:{i}", trig) for wf in self.workflows.values()
+        return [(wf, trigger_key(i, trig), trig) for wf in self.workflows.values()
                 for i, trig in enumerate(wf.triggers) if isinstance(trig, WatchTrigger)]
 
     async def _start_triggers(self) -> None:
