@@ -43,3 +43,11 @@ class RunNotFound(StoreError):
 
 class WorkflowLoadError(BrainError):
     """A workflow file cannot be imported or traced, or names no usable workflow."""
+
+
+class LeaseLost(StoreError):
+    """This executor no longer holds the run's lease: another one took it, or it ended.
+
+    Raised by the store's lease-conditional writes; the runner stops the run's
+    work at once and writes nothing more.
+    """

@@ -33,7 +33,8 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Workflow]:
     """Import a workflow file; return its workflows by name (in definition order)."""
     full = os.path.abspath(path)
     if not os.path.isfile(full):
-        raise WorkflowLoadError(f"{path}: no such file")
+        raise WorkflowLoadError(f"{path}: no such file or folder" if not os.path.exists(full)
+                                else f"{path}: not a workflow file")
     digest = hashlib.sha1(full.encode()).hexdigest()[:10]
     module_name = f"brain_workflows.{Path(full).stem}_{digest}"
     spec = importlib.util.spec_from_file_location(module_name, full)
@@ -59,19 +60,32 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Workflow]:
 
 
 def load_target(target: str) -> Workflow:
-    """``FILE`` or ``FILE:WORKFLOW`` → the one workflow it names."""
+    """``PATH`` or ``PATH:WORKFLOW`` → the one workflow it names.
+
+    ``PATH`` is a workflow file, or a folder whose workflow files (see
+    :func:`workflow_files`) hold exactly one workflow, or the one ``:WORKFLOW``
+    names.
+    """
     path, _, name = target.rpartition(":") if ":" in target and not os.path.exists(target) \
         else (target, "", "")
-    workflows = load_file(path)
-    if not workflows:
-        raise WorkflowLoadError(f"{path}: defines no @workflow")
+    if os.path.isdir(path):
+        workflows = discover([path])
+        if not workflows:
+            raise WorkflowLoadError(f"{path}: no workflow in this folder's *.py files "
+                                    "(skipping _*.py, test_*.py and conftest.py)")
+        holds = "holds"
+    else:
+        workflows = load_file(path)
+        if not workflows:
+            raise WorkflowLoadError(f"{path}: defines no @workflow")
+        holds = "defines"
     if name:
         if name not in workflows:
-            raise WorkflowLoadError(f"{path}: no workflow {name!r} (it defines "
+            raise WorkflowLoadError(f"{path}: no workflow {name!r} (it {holds} "
                                     f"{', '.join(workflows)})")
         return workflows[name]
     if len(workflows) > 1:
-        raise WorkflowLoadError(f"{path} defines several workflows ({', '.join(workflows)}): "
+        raise WorkflowLoadError(f"{path} {holds} several workflows ({', '.join(workflows)}): "
                                 f"pick one with {path}:NAME")
     return next(iter(workflows.values()))
 

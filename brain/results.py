@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str | None) -> str | None:
+    """``text`` with lone UTF-16 surrogates (which no database or JSON encoder can
+    store) replaced by U+FFFD; other text unchanged."""
+    if not text or text.isascii():
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 class RunStatus(StrEnum):
@@ -44,6 +55,16 @@ class TriggerData(BaseModel):
     body: str = ""
     path: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("body", "path", mode="after")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        return clean_text(value)
+
+    @field_validator("headers", mode="after")
+    @classmethod
+    def _storable_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        return {clean_text(k) or "": clean_text(v) or "" for k, v in value.items()}
 
     @classmethod
     def from_input(cls, value: object, *, event: str = "manual") -> TriggerData:

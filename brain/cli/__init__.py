@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 from brain._version import __version__
 
@@ -23,15 +25,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("run", help="run a workflow now, with live step progress")
-    p.add_argument("target", metavar="FILE[:WORKFLOW]")
+    p.add_argument("target", metavar="PATH[:WORKFLOW]",
+                   help="a workflow file, or a folder holding one workflow (or named by :WORKFLOW)")
     p.add_argument("--body", default=None, help="the trigger body ({trigger.body})")
     p.add_argument("--json", action="store_true", help="print only the run as JSON on stdout")
 
-    p = sub.add_parser("check", help="trace and validate workflow files")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p = sub.add_parser("check", help="trace and validate workflow files (or folders of them)")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="workflow files or folders (default: .)")
 
     p = sub.add_parser("graph", help="show a workflow's steps and edges")
-    p.add_argument("target", metavar="FILE[:WORKFLOW]")
+    p.add_argument("target", metavar="PATH[:WORKFLOW]",
+                   help="a workflow file, or a folder holding one workflow (or named by :WORKFLOW)")
     p.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
 
     p = sub.add_parser("serve", help="API, web page, schedules, webhooks, watchers and executors")
@@ -76,8 +81,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def silence(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null: its reader has gone (``| head``), so
+    nothing more written to it, the interpreter's last flush included, can fail."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture): nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``brain`` console script."""
+    """Entry point of the ``brain`` console script.
+
+    Output into a closed pipe (``brain runs --json | head -1``) ends the command
+    quietly with its normal exit code: no ``BrokenPipeError`` traceback.
+    """
+    code: int | str | None = 0
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit as exc:  # argparse's --help, --version and usage errors
+            code = exc.code
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+    except BrokenPipeError:
+        silence(sys.stdout)
+    raise SystemExit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -95,4 +131,4 @@ def main(argv: Sequence[str] | None = None) -> None:
                          "brain mcp tools -- uvx mcp-server-time")
     from brain.cli import commands
 
-    raise SystemExit(commands.dispatch(args))
+    return commands.dispatch(args)

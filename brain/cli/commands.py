@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import signal
 from collections.abc import Awaitable, Callable
@@ -80,29 +81,45 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     result = asyncio.run(go())
     if args.json:
-        print(json.dumps(result.to_json_dict(), ensure_ascii=False))
+        render.write_stdout(json.dumps(result.to_json_dict(), ensure_ascii=False) + "\n")
     else:
         render.run_summary(result)
     return 0 if result.succeeded else 1
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from brain.loader import load_file
+    """Load every workflow file named, and each folder's workflow files, as ``serve`` would."""
+    from brain.loader import load_file, workflow_files
 
     bad = 0
-    for file in args.files:
-        try:
-            workflows = load_file(file)
-        except WorkflowLoadError as exc:
-            render.error(str(exc))
+    seen: dict[str, str] = {}  # workflow name -> the file that defines it
+    for path in args.paths or ["."]:
+        folder = os.path.isdir(path)
+        found, bad_before = 0, bad
+        for file in workflow_files([path]):
+            try:
+                workflows = load_file(file)
+            except WorkflowLoadError as exc:
+                render.error(str(exc))
+                bad += 1
+                continue
+            if not workflows and not folder:
+                render.error(f"{file}: defines no @workflow")
+                bad += 1
+            found += len(workflows)
+            for wf in workflows.values():
+                first = seen.setdefault(wf.name, wf.spec.source_file)
+                if first != wf.spec.source_file:
+                    render.error(f"workflow {wf.name!r} is defined twice: in {first} and "
+                                 f"{wf.spec.source_file}")
+                    bad += 1
+                    continue
+                render.ok(f"{file}: {wf.name} ({len(wf.spec.steps)} steps"
+                          + (f", {len(wf.triggers)} triggers" if wf.triggers else "") + ")")
+        if folder and not found and bad == bad_before:
+            render.error(f"{path}: no workflow in this folder's *.py files (skipping _*.py, "
+                         "test_*.py and conftest.py)")
             bad += 1
-            continue
-        if not workflows:
-            render.error(f"{file}: defines no @workflow")
-            bad += 1
-        for wf in workflows.values():
-            render.ok(f"{file}: {wf.name} ({len(wf.spec.steps)} steps"
-                      + (f", {len(wf.triggers)} triggers" if wf.triggers else "") + ")")
     return 2 if bad else 0
 
 
@@ -112,11 +129,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
     wf = load_target(args.target)
     graph = wf.graph
     if args.mermaid:
-        print("flowchart TD")
-        for name in graph.nodes:
-            print(f"    {_mermaid_id(name)}[\"{name}\"]")
-        for up, down in graph.edges:
-            print(f"    {_mermaid_id(up)} --> {_mermaid_id(down)}")
+        lines = ["flowchart TD"]
+        lines += [f"    {_mermaid_id(name)}[\"{name}\"]" for name in graph.nodes]
+        lines += [f"    {_mermaid_id(up)} --> {_mermaid_id(down)}" for up, down in graph.edges]
+        render.write_stdout("\n".join(lines) + "\n")
         return 0
     render.graph(wf)
     return 0
@@ -132,7 +148,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     results = _in_store(lambda store: store.list_runs(workflow=args.workflow, status=args.status,
                                                       limit=args.limit))
     if args.json:
-        print(json.dumps([r.to_json_dict() for r in results], ensure_ascii=False))
+        render.write_stdout(json.dumps([r.to_json_dict() for r in results], ensure_ascii=False)
+                            + "\n")
     else:
         render.runs_table(results)
     return 0
@@ -141,7 +158,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     result = _in_store(lambda store: store.get_run(args.run_id))
     if args.json:
-        print(json.dumps(result.to_json_dict(), ensure_ascii=False))
+        render.write_stdout(json.dumps(result.to_json_dict(), ensure_ascii=False) + "\n")
     else:
         render.run_detail(result)
     return 0
@@ -191,7 +208,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     tools = asyncio.run(list_tools(args.server))
     if args.json:
-        print(json.dumps(tools, ensure_ascii=False))
+        render.write_stdout(json.dumps(tools, ensure_ascii=False) + "\n")
     else:
         render.tools(tools)
     return 0

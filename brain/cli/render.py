@@ -11,15 +11,41 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from brain.cli import silence
 from brain.runner.events import StepEvent
 
 if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
     from brain.results import RunResult
 
+
+class _Console(Console):
+    """A console that goes quiet when its reader closes the pipe.
+
+    rich's own handling exits the process with status 1, from wherever the
+    print happened (even inside a run's progress callback); here the command
+    goes on and ends with its normal exit code.
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        silence(self.file)
+
+
 # soft_wrap: never re-wrap text at the terminal width (outputs and messages stay intact).
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
+out = _Console(highlight=False, soft_wrap=True)
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout as is (data, not markup) and flush it; a reader that has
+    gone away (``| head``, ``| true``) ends the output quietly."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence(sys.stdout)
+
 
 _MARK = {"succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[dim]-[/]",
          "cancelled": "[yellow]■[/]", "running": "[cyan]▶[/]", "retrying": "[yellow]↻[/]",
@@ -46,16 +72,36 @@ def _preview(text: str | None, width: int = 60) -> str:
     return escape(line[:width]) + more
 
 
+_FINAL_STEP = frozenset({"succeeded", "failed", "skipped", "cancelled"})
+
+
 class Progress:
-    """Prints one line per step event as a run goes (the live view of ``brain run``)."""
+    """Prints one line per step event as a run goes (the live view of ``brain run``).
+
+    The header comes with the first event, so a run that cannot even start (an
+    unusable database) shows only its error. Each step shows its final status
+    once: a later final event for the same step (a step that failed just as the
+    run was cancelled) is not shown.
+    """
 
     def __init__(self, wf: Workflow) -> None:
         self.wf = wf
         self.started = time.perf_counter()
-        count = len(wf.spec.steps)
-        err.print(f"[bold]{escape(wf.name)}[/] · {count} step{'s' if count != 1 else ''}")
+        self._header_shown = False
+        self._ended: set[str] = set()
+
+    def _header(self) -> None:
+        self._header_shown = True
+        count = len(self.wf.spec.steps)
+        err.print(f"[bold]{escape(self.wf.name)}[/] · {count} step{'s' if count != 1 else ''}")
 
     def __call__(self, event: StepEvent) -> None:
+        if event.step in self._ended:
+            return
+        if event.status in _FINAL_STEP:
+            self._ended.add(event.step)
+        if not self._header_shown:
+            self._header()
         mark = _MARK.get(event.status, event.status)
         name = escape(event.step)
         took = f" [dim]{event.seconds:.2f}s[/]" if event.seconds is not None else ""
@@ -76,8 +122,7 @@ def run_summary(result: RunResult) -> None:
         took = f" in {(result.ended_at - result.started_at).total_seconds():.2f}s"
     last = [s for s in result.steps.values() if s.status == "succeeded"]
     if result.succeeded and last and last[-1].output:
-        sys.stdout.write(last[-1].output + "\n")  # data, written as is
-        sys.stdout.flush()
+        write_stdout(last[-1].output + "\n")  # data, written as is
     err.print(f"run [bold]{result.run_id[:12]}[/] [{style}]{result.status}[/]{took}"
               + (f": {escape(result.error)}" if result.error else "")
               + f"  [dim](brain show {result.run_id[:12]})[/]")

@@ -4,14 +4,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
+import os
 import signal
+import socket
 import sys
+import time
+from typing import TYPE_CHECKING, Any
 
 from brain._errors import BrainError
 from brain.cli import render
 
+if TYPE_CHECKING:
+    from brain.server.app import BrainPlugin
+
 log = logging.getLogger("brain.server")
+
+# HTTP limits of `brain serve` (SPEC §7: slow or idle connections cannot exhaust the server).
+KEEP_ALIVE_SECONDS = 5
+HEADER_TIMEOUT_SECONDS = 10.0  # from connecting (or the end of the last response) to full headers
+MAX_HEADER_BYTES = 32 * 1024  # h11's buffer for an incomplete request line + headers
+# Runs still running get this long after a stop is asked (BrainService.stop's default).
+STOP_GRACE_SECONDS = 10
+# accept() errors meaning "out of descriptors/memory": asyncio reports them once per queued
+# connection (thousands a second); they are logged at most once a second instead.
+_ACCEPT_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 def _setup_logging() -> None:
@@ -45,11 +63,192 @@ def _load(paths: list[str]) -> dict[str, object]:
     return workflows  # type: ignore[return-value]
 
 
+def connection_limit() -> int:
+    """Connections (plus running requests) served at once: half the descriptor limit, so
+    steps, the database and logs keep the other half; uvicorn answers 503 beyond it."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 2048
+    return max(8, min(2048, soft // 2))
+
+
+class AcceptErrorLimiter:
+    """Event loop exception handler: accept() failing for lack of descriptors or memory
+    (EMFILE...) is logged at most once a second, as one line; anything else goes to the
+    loop's default handler."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self._last = -interval
+        self._hidden = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if not (isinstance(exc, OSError) and exc.errno in _ACCEPT_RESOURCE_ERRNOS):
+            loop.default_exception_handler(context)
+            return
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            self._hidden += 1
+            return
+        hidden, self._hidden, self._last = self._hidden, 0, now
+        log.error("cannot accept connections: %s (%s)%s; new connections wait until some close",
+                  exc.strerror or exc, context.get("message", "accept failed"),
+                  f"; {hidden} more like it in the last second" if hidden else "")
+
+
+class _StopAfterResourceError:
+    """A listening socket whose ``accept()`` says "nothing more" (BlockingIOError) once it
+    has failed for lack of descriptors in this round. asyncio (before cpython#151615) keeps
+    calling accept() after such an error, once per queued connection, each time reporting it
+    and scheduling another retry: thousands of errors a second, growing."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._failed = False
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self._failed:
+            raise BlockingIOError(errno.EAGAIN, "accept paused after a resource error")
+        try:
+            return self.sock.accept()
+        except OSError as exc:
+            if exc.errno in _ACCEPT_RESOURCE_ERRNOS:
+                self._failed = True
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+class ServeLoop(asyncio.SelectorEventLoop):
+    """The event loop of ``brain serve``: one accept() error per round, not one per queued
+    connection (see :class:`_StopAfterResourceError`)."""
+
+    def _accept_connection(self, protocol_factory: Any, sock: Any, *args: Any,
+                           **kwargs: Any) -> None:
+        if isinstance(sock, _StopAfterResourceError):
+            sock = sock.sock  # a retry scheduled with the wrapper: wrap the real socket afresh
+        super()._accept_connection(  # type: ignore[misc]
+            protocol_factory, _StopAfterResourceError(sock), *args, **kwargs)
+
+
+def _h11_protocol() -> type[Any]:
+    """uvicorn's h11 protocol with a header read timeout: a connection that has not sent a
+    whole request head within HEADER_TIMEOUT_SECONDS (of connecting, or of its last
+    response) is closed. uvicorn's own keep-alive timeout stops at the first byte received."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutH11Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_header_timer()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is h11.IDLE:  # no whole request head yet
+                if self.timeout_keep_alive_task is None:
+                    self._arm_header_timer()
+            else:
+                self._cancel_header_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._cancel_header_timer()  # keep-alive timeout governs the idle time now
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_timer()
+            super().connection_lost(exc)
+
+        def _arm_header_timer(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(HEADER_TIMEOUT_SECONDS,
+                                                          self._header_timeout)
+
+        def _cancel_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutH11Protocol
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now, so a taken port is one clear error before anything
+    says it is serving."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise BrainError(f"port {port} on {host} is already in use (another brain serve?): "
+                             f"stop that process or choose another --port") from None
+        if exc.errno == errno.EACCES:
+            raise BrainError(f"no permission to listen on port {port} of {host}: choose a port "
+                             f"above 1023 with --port") from None
+        reason = exc.strerror or str(exc)
+        raise BrainError(f"cannot listen on {host}:{port}: {reason}; check --host and --port") \
+            from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _say(message: str) -> None:
+    # Called from a signal handler: one unbuffered write, no rich/logging locks.
+    os.write(2, (message + "\n").encode())
+
+
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class BrainServer(uvicorn.Server):
+        """uvicorn's server, saying at once what a Ctrl-C does; a second Ctrl-C stops the
+        running steps now (their runs stay resumable) instead of waiting the grace period."""
+
+        plugin: BrainPlugin | None = None
+        loop: asyncio.AbstractEventLoop | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            # Stopping is handled here; uvicorn would re-raise the signal once stopped.
+            self._captured_signals.clear()
+            if first:
+                _say(f"stopping: no new runs; waiting up to {STOP_GRACE_SECONDS} s for running "
+                     f"steps (press Ctrl-C again to stop them now; they resume on the next start)")
+            elif self.force_exit and self.plugin is not None and self.loop is not None:
+                _say("stopping now: running steps are stopped; their runs resume on the next start")
+                self.loop.call_soon_threadsafe(self.plugin.stop_now_soon)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().shutdown(sockets)
+            if self.force_exit and self.plugin is not None:
+                # uvicorn skips the app's shut-down on a forced exit; runs still need their
+                # leases handed back, or they would be recorded cancelled.
+                await self.plugin.stop_now()
+
+    return BrainServer
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP server with executors, schedules, webhooks and watchers."""
     import uvicorn
 
     from brain.server import create_app
+    from brain.server.app import BrainPlugin
     from brain.server.security import api_token, is_loopback_host
 
     if api_token() is None and not is_loopback_host(args.host):
@@ -63,14 +262,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      reload_paths=(args.paths or ["."]) if args.reload else None)
     service = app.state["brain"]
     asyncio.run(service.preflight())
+    sock = bind_socket(args.host, args.port)
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
     render.ok(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
               f"http://{args.host}:{args.port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
               f"webhooks {hooks}  ·  database {service.store.shown_url}")
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                            lifespan="on", timeout_graceful_shutdown=15)
-    server = uvicorn.Server(config)
-    server.run()
+                            lifespan="on", timeout_graceful_shutdown=15,
+                            http=_h11_protocol(), timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+                            limit_concurrency=connection_limit())
+    server = _server_class()(config)
+    server.plugin = app.plugins.get(BrainPlugin)
+
+    async def serve() -> None:
+        server.loop = asyncio.get_running_loop()
+        server.loop.set_exception_handler(AcceptErrorLimiter())
+        await server.serve(sockets=[sock])
+
+    try:
+        with asyncio.Runner(loop_factory=ServeLoop) as runner:
+            runner.run(serve())
+    finally:
+        sock.close()
+    if server.should_exit and server.started:
+        render.ok("stopped")
     return 0 if server.started else 2
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import SecretStr
 
-from brain import placeholders
+from brain import placeholders, shell_check
 from brain.dsl.model import LlmStepSpec, McpStepSpec, SecretRef, ShellStepSpec
 from brain.dsl.nodes import StepNode, _Lazy
 from brain.dsl.tracing import Tracer, require_tracer
@@ -69,7 +69,7 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
         if not cmd_text.strip():
             raise tracer.error(name, "empty command")
         if quote:
-            problem = placeholders.quoting_problem(cmd_text)
+            problem = shell_check.shell_problem(cmd_text)
             if problem:
                 raise tracer.error(name, problem)
     else:
@@ -78,6 +78,10 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
         argv_items = tuple(tracer.template(name, f"argv[{i}]", a, refs) for i, a in enumerate(argv))
         if not argv_items or not argv_items[0].strip():
             raise tracer.error(name, "empty command: argv needs at least the program to run")
+        if placeholders.has_placeholders(argv_items[0]):
+            raise tracer.error(name, f"a placeholder cannot stand in the program to run "
+                                     f"(argv[0] is {argv_items[0]!r}): write the executable "
+                                     f"literally and pass values as later argv items")
     stdin_text = None if stdin is None else tracer.template(name, "stdin", stdin, refs)
     env_values = _env_templates(tracer, name, env, refs)
     if cwd is not None and not isinstance(cwd, str):

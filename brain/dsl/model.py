@@ -6,6 +6,7 @@ Data moves one way: the tracer builds these, the runner only reads them.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -136,6 +137,20 @@ class WorkflowSpec(_Frozen):
         return WorkflowGraph(nodes=tuple(s.name for s in self.steps), edges=edges)
 
     def definition_hash(self) -> str:
-        """A digest of everything that decides how a run executes (not the file path)."""
-        text = self.model_dump_json(exclude={"source_file", "description"})
+        """A digest of what the workflow declares (SPEC §11): its name and its steps.
+
+        Step names, kinds, options, references, and the *qualified* name of each
+        ``@step`` function — never its module, which differs between a host
+        app's ``import flows`` and ``brain worker``'s loader (named after the
+        file's path), so one file in two checkouts is one workflow. The file
+        path, description, triggers and run limits do not change how a run
+        executes, so they are not part of it either.
+        """
+        steps = []
+        for step in self.steps:
+            data = step.model_dump(mode="json")
+            if isinstance(step, FunctionStepSpec):
+                data["function"] = getattr(step.func, "__qualname__", data["function"])
+            steps.append(data)
+        text = json.dumps({"name": self.name, "steps": steps}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()

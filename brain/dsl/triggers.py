@@ -3,22 +3,55 @@
 These only describe; the server (``brain serve``) acts on them. They are
 checked when the workflow is decorated, so a bad cron expression is a
 definition error naming the workflow.
+
+Every trigger takes ``name=``: its identity for its fire history (see
+:func:`brain.triggers.schedule.trigger_key`). Without one, a trigger is known
+by its content, never by its position in the list.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+_TRIGGER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_MAX_READABLE_KEY = 64  # keys are stored in 100-character columns
+
 
 class _Trigger(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    name: str | None = None
+
     def problem(self) -> str | None:
         """What is wrong with this trigger, or ``None``."""
+        if self.name is not None and not _TRIGGER_NAME.match(self.name):
+            return (f"bad trigger name {self.name!r}: use 1 to 64 letters, digits, "
+                    f"'_', '-' or '.'")
+        return self._content_problem()
+
+    def _content_problem(self) -> str | None:
         return None
+
+    def key(self) -> str:
+        """Its identity for its fire history: ``name:<name>``, else its content (SPEC §5).
+
+        Never its position in the list. See :func:`brain.triggers.schedule.trigger_key`.
+        """
+        if self.name is not None:
+            return f"name:{self.name}"
+        key = self._content_key()
+        if len(key) > _MAX_READABLE_KEY or not key.isprintable():
+            kind, _, text = key.partition(":")
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            key = f"{kind}:#{digest}"
+        return key
+
+    def _content_key(self) -> str:
+        raise NotImplementedError
 
 
 class CronTrigger(_Trigger):
@@ -30,8 +63,8 @@ class CronTrigger(_Trigger):
     catchup: str = "latest"
     overlap: str = "skip"
 
-    def problem(self) -> str | None:
-        """Check the expression and zone with APScheduler, which computes fire times later."""
+    def _content_problem(self) -> str | None:
+        # The expression and zone are checked with APScheduler, which computes fire times later.
         if self.catchup not in ("none", "latest", "all"):
             return f"cron catchup must be 'none', 'latest' or 'all', not {self.catchup!r}"
         if self.overlap not in ("skip", "queue"):
@@ -52,6 +85,9 @@ class CronTrigger(_Trigger):
             return f"bad cron expression {self.expr!r}: {exc}"
         return None
 
+    def _content_key(self) -> str:
+        return f"cron:{' '.join(self.expr.split())}@{self.timezone}"
+
 
 class EveryTrigger(_Trigger):
     """Fires every ``seconds`` seconds, at multiples of it since the Unix epoch."""
@@ -60,13 +96,16 @@ class EveryTrigger(_Trigger):
     seconds: float
     overlap: str = "skip"
 
-    def problem(self) -> str | None:
-        """Check the interval and overlap policy."""
+    def _content_problem(self) -> str | None:
         if not self.seconds > 0:
             return f"every(seconds=...) must be positive, not {self.seconds}"
         if self.overlap not in ("skip", "queue"):
             return f"every overlap must be 'skip' or 'queue', not {self.overlap!r}"
         return None
+
+    def _content_key(self) -> str:
+        seconds = float(self.seconds)  # one spelling per value: 300 and 300.0 are "300"
+        return f"every:{int(seconds) if seconds.is_integer() else repr(seconds)}"
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -80,14 +119,17 @@ class WebhookTrigger(_Trigger):
     secret_env: str
     path: str | None = None
     wait_seconds: float = 30
+    require_timestamp: bool = False
 
-    def problem(self) -> str | None:
-        """Check the secret variable name and the path."""
+    def _content_problem(self) -> str | None:
         if not _ENV_NAME.match(self.secret_env):
             return f"webhook secret_env must name an environment variable, not {self.secret_env!r}"
         if self.path is not None and not _HOOK_PATH.match(self.path.strip("/")):
             return f"bad webhook path {self.path!r}"
         return None
+
+    def _content_key(self) -> str:
+        return f"webhook:{self.path.strip('/')}" if self.path else "webhook"
 
 
 class WatchTrigger(_Trigger):
@@ -100,8 +142,7 @@ class WatchTrigger(_Trigger):
     recursive: bool = False
     debounce_seconds: float = 0.5
 
-    def problem(self) -> str | None:
-        """Check the event names and the debounce."""
+    def _content_problem(self) -> str | None:
         bad = set(self.events) - {"created", "modified", "deleted", "moved"}
         if bad:
             return f"unknown watch events {sorted(bad)}: use created, modified, deleted, moved"
@@ -109,29 +150,43 @@ class WatchTrigger(_Trigger):
             return "watch debounce_seconds must not be negative"
         return None
 
+    def _content_key(self) -> str:
+        words = [self.path, ",".join(sorted(set(self.patterns))), ",".join(sorted(set(self.events)))]
+        return "watch:" + " ".join(words + (["recursive"] if self.recursive else []))
+
 
 TriggerSpec = Annotated[CronTrigger | EveryTrigger | WebhookTrigger | WatchTrigger,
                         Field(discriminator="type")]
 
 
-def cron(expr: str, timezone: str = "UTC", catchup: str = "latest", overlap: str = "skip") -> CronTrigger:
-    """Run on a cron schedule, e.g. ``cron("0 9 * * *", timezone="Europe/Bucharest")``."""
-    return CronTrigger(expr=expr, timezone=timezone, catchup=catchup, overlap=overlap)
+def cron(expr: str, timezone: str = "UTC", catchup: str = "latest", overlap: str = "skip",
+         name: str | None = None) -> CronTrigger:
+    """Run on a cron schedule, e.g. ``cron("0 9 * * *", timezone="Europe/Bucharest")``.
+
+    ``name="nightly"`` keeps the fire history (catch-up) when the expression changes.
+    """
+    return CronTrigger(expr=expr, timezone=timezone, catchup=catchup, overlap=overlap, name=name)
 
 
-def every(seconds: float, overlap: str = "skip") -> EveryTrigger:
-    """Run every ``seconds`` seconds, e.g. ``every(seconds=300)``."""
-    return EveryTrigger(seconds=seconds, overlap=overlap)
+def every(seconds: float, overlap: str = "skip", name: str | None = None) -> EveryTrigger:
+    """Run every ``seconds`` seconds, e.g. ``every(seconds=300)``; ``name=`` as for :func:`cron`."""
+    return EveryTrigger(seconds=seconds, overlap=overlap, name=name)
 
 
-def webhook(secret_env: str, path: str | None = None, wait_seconds: float = 30) -> WebhookTrigger:
-    """Run on a signed webhook; the HMAC secret is read from ``secret_env``."""
-    return WebhookTrigger(secret_env=secret_env, path=path, wait_seconds=wait_seconds)
+def webhook(secret_env: str, path: str | None = None, wait_seconds: float = 30,
+            require_timestamp: bool = False, name: str | None = None) -> WebhookTrigger:
+    """Run on a signed webhook; the HMAC secret is read from ``secret_env``.
+
+    ``require_timestamp=True`` refuses deliveries without ``X-Brain-Timestamp``.
+    """
+    return WebhookTrigger(secret_env=secret_env, path=path, wait_seconds=wait_seconds,
+                          require_timestamp=require_timestamp, name=name)
 
 
 def watch(path: str, patterns: list[str] | tuple[str, ...] = ("*",),
           events: list[str] | tuple[str, ...] = ("created", "modified"),
-          recursive: bool = False, debounce_seconds: float = 0.5) -> WatchTrigger:
+          recursive: bool = False, debounce_seconds: float = 0.5,
+          name: str | None = None) -> WatchTrigger:
     """Run when files matching ``patterns`` under ``path`` are created or modified."""
     return WatchTrigger(path=path, patterns=tuple(patterns), events=tuple(events),
-                        recursive=recursive, debounce_seconds=debounce_seconds)
+                        recursive=recursive, debounce_seconds=debounce_seconds, name=name)

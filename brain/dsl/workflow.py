@@ -106,6 +106,21 @@ class Workflow:
     __call__ = run
 
 
+def _check_trigger_identities(where: str, triggers: Sequence[TriggerSpec]) -> None:
+    """Two triggers with one identity would share one fire history (SPEC §5): refuse them."""
+    seen: set[str] = set()
+    for trig in triggers:
+        key = trig.key()
+        if key in seen and trig.name is not None:
+            raise WorkflowDefinitionError(
+                f"{where}: two triggers are named {trig.name!r}: give each its own name=")
+        if key in seen:
+            raise WorkflowDefinitionError(
+                f"{where}: two {trig.type} triggers are the same ({key!r}): remove one, "
+                f"or give each its own name= if both are meant to fire")
+        seen.add(key)
+
+
 def _trace(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerSpec],
            description: str | None, max_concurrent_runs: int | None) -> WorkflowSpec:
     where = f"workflow {name!r}"
@@ -142,6 +157,7 @@ def _trace(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerSpec],
         problem = trig.problem() if hasattr(trig, "problem") else "not a trigger"
         if problem:
             raise WorkflowDefinitionError(f"{where}: {problem}")
+    _check_trigger_identities(where, triggers)
     try:
         source = inspect.getsourcefile(fn)
     except TypeError:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from brain._errors import StepFailed
+from brain._secrets import MIN_SECRET_LENGTH, remember
 from brain.dsl.model import SecretRef
 
 #: ``resolve(text, shell_quote)`` fills in a template for the current run.
@@ -72,12 +73,22 @@ class Executor(Protocol):
 
 
 def read_secret(ref: SecretRef, *, lenient: bool = False) -> str:
-    """The value of a secret, read from the environment now (``***`` if unset and lenient)."""
+    """The value of a secret, read from the environment now (``***`` if unset and lenient).
+
+    The value joins those scrubbed from everything this process stores. One
+    shorter than 8 characters fails the step: it cannot be scrubbed safely.
+    """
     value = os.environ.get(ref.env)
     if value is None and lenient:
         return REDACTED
     if value is None:
         raise StepFailed(f"secret {ref.env} is not set in the environment", retryable=False)
+    if len(value) < MIN_SECRET_LENGTH:
+        if lenient:
+            return REDACTED
+        raise StepFailed(f"secret {ref.env} is shorter than {MIN_SECRET_LENGTH} characters: too "
+                         f"short to keep out of stored outputs; use a longer value", retryable=False)
+    remember(value)
     return value
 
 

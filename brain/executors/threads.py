@@ -18,6 +18,9 @@ from typing import Any
 _MAX_IDLE_WAIT = 60.0
 _jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
 _lock = threading.Lock()
+# Idle workers not yet promised a job: idle workers minus jobs submitted and not yet taken.
+# A job is promised to an idle worker when it is submitted, not when a worker takes it,
+# so N jobs submitted at once (a `parallel()` block) get N threads, not one.
 _idle = 0
 
 
@@ -28,11 +31,14 @@ def _worker() -> None:
             job = _jobs.get(timeout=_MAX_IDLE_WAIT)
         except queue.Empty:
             with _lock:
-                _idle -= 1
-            return
-        with _lock:
-            _idle -= 1
-        job()
+                if _idle > 0:  # more idle workers than promised jobs: this one may go
+                    _idle -= 1
+                    return
+            continue  # every idle worker is promised a job that is on its way: wait for it
+        try:
+            job()
+        except BaseException:  # jobs settle their own errors; the worker must live on
+            pass
         with _lock:
             _idle += 1
 
@@ -40,8 +46,9 @@ def _worker() -> None:
 def _submit(job: Callable[[], None]) -> None:
     global _idle
     with _lock:
-        if _idle == 0:  # every worker is busy (or stuck in a timed-out step): add one
-            _idle += 1
+        if _idle > 0:
+            _idle -= 1  # promise the job to one idle worker
+        else:  # every worker is busy, promised, or stuck in a timed-out step: add one
             threading.Thread(target=_worker, name="brain-step", daemon=True).start()
     _jobs.put(job)
 

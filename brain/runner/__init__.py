@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from brain._errors import StoreError
+from brain._errors import LeaseLost, StoreError
+from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData
 from brain.runner.engine import RunExecution
@@ -34,11 +34,6 @@ def lease_seconds() -> float:
     except ValueError:
         raise StoreError(f"BRAIN_LEASE_SECONDS must be a number of seconds, not {raw!r}") from None
     return max(value, 1.0)
-
-
-def new_owner() -> str:
-    """A lease owner id for this process: host, pid and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _store_for(store: RunStore | str | None) -> tuple[RunStore, bool]:
@@ -111,20 +106,26 @@ async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str
     assert row is not None
     if row.definition_hash != wf.definition_hash or row.workflow != wf.name:
         states = await store.step_states(run_id)
-        await store.steps_ended(run_id, [n for n, (status, _) in states.items()
-                                         if status != StepStatus.SUCCEEDED.value],
-                                StepStatus.SKIPPED, error=WORKFLOW_CHANGED)
-        await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED)
+        try:
+            await store.steps_ended(run_id, [n for n, (status, _) in states.items()
+                                             if status != StepStatus.SUCCEEDED.value],
+                                    StepStatus.SKIPPED, error=WORKFLOW_CHANGED, owner=owner)
+            await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED, owner=owner)
+        except LeaseLost:
+            pass  # another executor has it now
         return await store.get_run(run_id)
     trigger = row.trigger
     previous = row.previous_run_id
-    if first_start and any(s.previous_refs for s in wf.spec.steps):
-        previous = await store.latest_succeeded_run(wf.name, utcnow())
-        await store.set_previous_run(run_id, previous)
     states = await store.step_states(run_id)
     outputs = await store.step_outputs(run_id)
     unfinished = [n for n, (status, _) in states.items() if status != StepStatus.SUCCEEDED.value]
-    await store.reset_steps(run_id, unfinished)
+    try:
+        if first_start and any(s.previous_refs for s in wf.spec.steps):
+            previous = await store.latest_succeeded_run(wf.name, utcnow())
+            await store.set_previous_run(run_id, previous, owner=owner)
+        await store.reset_steps(run_id, unfinished, owner=owner)
+    except LeaseLost:
+        return await store.get_run(run_id)
     execution = RunExecution(wf, store, run_id, owner, trigger=trigger, previous_run_id=previous,
                              lease_seconds=lease, outputs=outputs,
                              tries={n: t for n, (_, t) in states.items()},

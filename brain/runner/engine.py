@@ -1,20 +1,32 @@
-"""Executes one claimed run: the DAG on asyncio, recording every step as it ends."""
+"""Executes one claimed run: the DAG on asyncio, recording every step as it ends.
+
+Every step's outcome is decided in one place (:meth:`RunExecution._run_step`):
+whatever goes wrong inside the orchestrator while preparing, executing or
+recording a step fails that step with the error text, so no run can end with a
+step left ``pending`` or ``running``. Every write is conditional on this
+executor still holding the run's lease; once it is lost, the run's work stops
+and nothing more is written.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from brain._errors import PlaceholderError, StepFailed
-from brain.dsl.model import StepSpec
+from pydantic import BaseModel, SecretStr
+
+from brain._errors import LeaseLost, PlaceholderError, StepFailed
+from brain._secrets import make_undumpable, remember, remember_environment, scrub
+from brain.dsl.model import SecretRef, StepSpec
 from brain.executors import Executor, StepContext, default_executors
 from brain.executors.base import PreparedStep, StepOutput
 from brain.placeholders import Ref, render
-from brain.results import RunStatus, StepStatus, TriggerData
+from brain.results import RunStatus, StepStatus, TriggerData, clean_text
 from brain.runner.events import EventHandler, StepEvent
 from brain.store.store import utcnow
 
@@ -25,6 +37,7 @@ if TYPE_CHECKING:
     from brain.store.base import RunStore
 
 POLL_SECONDS = 0.5
+log = logging.getLogger("brain.runner")
 
 
 @dataclass
@@ -32,6 +45,8 @@ class _Outcome:
     name: str
     ok: bool
     error: str | None = None
+    #: False when the failure could not be written with the step (it is written at the end).
+    recorded: bool = True
 
 
 class RunExecution:
@@ -42,7 +57,6 @@ class RunExecution:
                  outputs: dict[str, str] | None = None, tries: Mapping[str, int] | None = None,
                  executors: Mapping[str, Executor] | None = None,
                  on_event: EventHandler | None = None,
-                 protected_env: frozenset[str] = frozenset(),
                  previous_outputs: dict[str, str] | None = None,
                  abandon_on_cancel: Callable[[], bool] | None = None) -> None:
         self.wf = wf
@@ -59,8 +73,15 @@ class RunExecution:
         self.prior_tries = dict(tries or {})
         self.executors = executors or default_executors()
         self.on_event = on_event
-        self.ctx = StepContext(workflow_dir=wf.source_dir,
-                               protected_env=protected_env | webhook_secret_names())
+        protected = protected_variable_names(wf)
+        self.ctx = StepContext(workflow_dir=wf.source_dir, protected_env=protected)
+        # Every secret this process can know of is scrubbed from what this run stores.
+        remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
+        for spec in wf.spec.steps:
+            key = getattr(spec, "api_key", None)
+            if isinstance(key, SecretStr):
+                remember(key.get_secret_value())
+        make_undumpable()
         # Outputs {previous.X} reads; loaded from previous_run_id on first need unless given.
         self._previous: dict[str, str] | None = (None if previous_outputs is None
                                                  else dict(previous_outputs))
@@ -123,6 +144,7 @@ class RunExecution:
         ready = [n for n, deps in waiting.items() if not deps]
         running: dict[asyncio.Task[_Outcome], str] = {}
         failure: _Outcome | None = None
+        failures: list[_Outcome] = []
         monitor = asyncio.create_task(self._monitor())
         cancel_wait = asyncio.create_task(self._cancel.wait())
         try:
@@ -138,10 +160,12 @@ class RunExecution:
                 if cancel_wait in done:
                     break
                 for task in done:
-                    running.pop(task)  # type: ignore[arg-type]
-                    outcome = task.result()
-                    assert isinstance(outcome, _Outcome)
+                    name = running.pop(task)  # type: ignore[arg-type]
+                    outcome = self._outcome_of(task, name)  # type: ignore[arg-type]
+                    if outcome is None:  # the lease is gone: stop, write nothing more
+                        break
                     if not outcome.ok:
+                        failures.append(outcome)
                         failure = failure or outcome
                         continue
                     for child in dependants[outcome.name]:
@@ -150,7 +174,7 @@ class RunExecution:
                             deps.discard(outcome.name)
                             if not deps:
                                 ready.append(child)
-                if failure is not None:
+                if failure is not None or self._lease_lost:
                     break
         except BaseException:
             # The executing task itself was cancelled (Ctrl-C, shutdown): stop and record,
@@ -158,12 +182,24 @@ class RunExecution:
             self._cancel_reason = "interrupted"
             if self.abandon_on_cancel is not None and self.abandon_on_cancel():
                 self._lease_lost = True
-            await asyncio.shield(self._stop(running, list(waiting), None))
+            await asyncio.shield(self._stop(running, list(waiting), None, failures))
             raise
         finally:
             monitor.cancel()
             cancel_wait.cancel()
-        return await self._stop(running, list(waiting), failure)
+        return await self._stop(running, list(waiting), failure, failures)
+
+    def _outcome_of(self, task: asyncio.Task[_Outcome], name: str) -> _Outcome | None:
+        """A finished step task's outcome; ``None`` when it found the lease lost."""
+        if task.cancelled():
+            return _Outcome(name, False, self._cancel_reason, recorded=False)
+        exc = task.exception()
+        if isinstance(exc, LeaseLost):
+            self._lease_lost = True
+            return None
+        if exc is not None:  # _run_step catches everything else; this is a last resort
+            return _Outcome(name, False, _internal_error(exc), recorded=False)
+        return task.result()
 
     async def _close_executors(self) -> None:
         for executor in self.executors.values():
@@ -173,7 +209,7 @@ class RunExecution:
                     await close()
 
     async def _stop(self, running: dict[asyncio.Task[_Outcome], str], pending: list[str],
-                    failure: _Outcome | None) -> RunStatus:
+                    failure: _Outcome | None, failures: list[_Outcome]) -> RunStatus:
         for task in running:
             task.cancel()
         if running:
@@ -182,40 +218,67 @@ class RunExecution:
             # Another executor resumed this run after our lease expired (or this server is
             # shutting down and leaves it to be resumed): write nothing.
             return RunStatus.RUNNING
-        stopped = list(running.values())
+        try:
+            return await self._record_end(list(running.values()), pending, failure, failures)
+        except LeaseLost:
+            return RunStatus.RUNNING
+
+    async def _record_end(self, stopped: list[str], pending: list[str], failure: _Outcome | None,
+                          failures: list[_Outcome]) -> RunStatus:
+        """Write the end of the run: every step ends in a final status, then the run."""
+        owner = self.owner
+        for failed in failures:
+            if not failed.recorded:  # an orchestrator error kept the step's own write from happening
+                await self.store.steps_ended(self.run_id, [failed.name], StepStatus.FAILED,
+                                             error=failed.error, owner=owner)
         not_started = [n for n in pending if n not in stopped]
         if failure is not None:
             reason = f"step {failure.name!r} failed: {failure.error}"
             await self.store.steps_ended(self.run_id, stopped, StepStatus.CANCELLED,
-                                         error=f"cancelled because {reason}")
-            await self.store.steps_ended(self.run_id, not_started, StepStatus.SKIPPED)
-            await self.store.finish_run(self.run_id, RunStatus.FAILED, reason)
+                                         error=f"cancelled because {reason}", owner=owner)
+            await self.store.steps_ended(self.run_id, not_started, StepStatus.SKIPPED, owner=owner)
+            await self.store.finish_run(self.run_id, RunStatus.FAILED, reason, owner=owner)
             self._emit_all(stopped, "cancelled")
             self._emit_all(not_started, "skipped")
             return RunStatus.FAILED
         if stopped or not_started:
             await self.store.steps_ended(self.run_id, stopped + not_started, StepStatus.CANCELLED,
-                                         error=self._cancel_reason)
-            await self.store.finish_run(self.run_id, RunStatus.CANCELLED, self._cancel_reason)
+                                         error=self._cancel_reason, owner=owner)
+            await self.store.finish_run(self.run_id, RunStatus.CANCELLED, self._cancel_reason,
+                                        owner=owner)
             self._emit_all(stopped + not_started, "cancelled")
             return RunStatus.CANCELLED
-        await self.store.finish_run(self.run_id, RunStatus.SUCCEEDED)
+        await self.store.finish_run(self.run_id, RunStatus.SUCCEEDED, owner=owner)
         return RunStatus.SUCCEEDED
 
     async def _monitor(self) -> None:
-        """Renew the lease now and then; notice cancel requests within a second."""
+        """Renew the lease now and then; notice cancel requests within a second.
+
+        A lease that could not be renewed in time (the database stalled for
+        longer than a lease) may already be another executor's: the run's work
+        stops at once and nothing more is written, so a step never runs twice
+        at the same time because of a stall.
+        """
         renew_every = max(self.lease_seconds / 3, POLL_SECONDS)
         last_renew = time.monotonic()
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            renew = time.monotonic() - last_renew >= renew_every
+            sent = time.monotonic()
+            left = self.lease_seconds - (sent - last_renew)
+            if left <= 0:
+                log.warning("run %s: lease could not be renewed in time; stopping its work",
+                            self.run_id)
+                self._lease_lost = True
+                self._cancel.set()
+                return
+            renew = sent - last_renew >= renew_every
             try:
-                ours, cancel = await self.store.heartbeat(
-                    self.run_id, self.owner, self.lease_seconds if renew else None)
+                ours, cancel = await asyncio.wait_for(self.store.heartbeat(
+                    self.run_id, self.owner, self.lease_seconds if renew else None), left)
             except Exception:  # a busy database: try again at the next tick
                 continue
-            if renew:
-                last_renew = time.monotonic()
+            if renew and ours:
+                last_renew = sent
             if cancel or not ours:
                 self._lease_lost = not ours
                 self._cancel.set()
@@ -233,6 +296,28 @@ class RunExecution:
             self._emit(StepEvent(self.run_id, name, self.kinds[name], status))
 
     async def _run_step(self, spec: StepSpec) -> _Outcome:
+        """Run one step to its final status: the one place a step's outcome is decided.
+
+        Whatever the orchestrator itself raises on the way (a preparation that
+        breaks, a value that cannot be recorded) fails the step with that error;
+        only a lost lease and cancellation pass through.
+        """
+        marked: list[_RunningMark] = []
+        try:
+            return await self._step(spec, marked)
+        except (asyncio.CancelledError, LeaseLost):
+            raise
+        except Exception as exc:
+            for mark in marked:
+                with contextlib.suppress(Exception):
+                    await mark.settle()
+            message = _internal_error(exc)
+            log.error("run %s: step %r failed inside the orchestrator: %s", self.run_id,
+                      spec.name, message, exc_info=exc)
+            self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", error=message))
+            return _Outcome(spec.name, False, message, recorded=False)
+
+    async def _step(self, spec: StepSpec, marked: list[_RunningMark]) -> _Outcome:
         executor = self.executors.get(spec.kind)
         tries = self.prior_tries.get(spec.name, 0)
         started = utcnow()
@@ -246,13 +331,17 @@ class RunExecution:
         except (StepFailed, PlaceholderError) as exc:
             # The step cannot even start (a missing trigger field, an unset secret, an
             # invalid argument): that is one failed try, not worth repeating.
-            msg = exc.message if isinstance(exc, StepFailed) else str(exc)
+            msg = _text(exc.message if isinstance(exc, StepFailed) else str(exc))
             await self.store.step_finished(self.run_id, spec.name, status=StepStatus.FAILED,
-                                           tries=tries + 1, ended_at=utcnow(), error=msg)
+                                           tries=tries + 1, ended_at=utcnow(), error=msg,
+                                           owner=self.owner)
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries + 1, msg))
             return _Outcome(spec.name, False, msg)
-        marked = _RunningMark(self.store, self.run_id, spec.name, prepared.inputs, tries + 1,
-                              started)
+        secrets = prepared.secrets
+        inputs = _scrub_deep(prepared.inputs, secrets)
+        mark = _RunningMark(self.store, self.run_id, spec.name, inputs, tries + 1, started,
+                            self.owner)
+        marked.append(mark)
         self._emit(StepEvent(self.run_id, spec.name, spec.kind, "running", tries + 1))
         attempt = 0
         while True:
@@ -261,31 +350,31 @@ class RunExecution:
             try:
                 result = await self._attempt(executor, spec, prepared)
             except asyncio.CancelledError:
-                marked.drop()  # the run records this step as cancelled; no late "running"
+                mark.drop()  # the run records this step as cancelled; no late "running"
                 raise
             ended = utcnow()  # when the work ended, not when its record was written
             if isinstance(result, StepOutput):
-                output = _scrub(result.output, prepared.secrets) or ""
-                await marked.settle()
+                output = clean_text(_text(result.output, secrets)) or ""
+                await mark.settle()
                 await self.store.step_finished(
                     self.run_id, spec.name, status=StepStatus.SUCCEEDED, tries=tries,
-                    ended_at=ended, output=output, inputs=prepared.inputs, started_at=started,
-                    stderr=_scrub(result.stderr, prepared.secrets))
+                    ended_at=ended, output=output, inputs=inputs, started_at=started,
+                    stderr=_text(result.stderr, secrets), owner=self.owner)
                 self.outputs[spec.name] = output
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "succeeded", tries,
                                      seconds=time.perf_counter() - t0))
                 return _Outcome(spec.name, True)
-            message = _scrub(result.message, prepared.secrets) or "failed"
+            message = _text(result.message, secrets) or "failed"
             if result.retryable and attempt <= spec.retries:
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "retrying", tries, message))
                 delay = spec.retry_delay_seconds * 2 ** (attempt - 1)
                 await asyncio.sleep(max(delay, result.retry_after or 0.0))
                 continue
-            await marked.settle()
+            await mark.settle()
             await self.store.step_finished(
                 self.run_id, spec.name, status=StepStatus.FAILED, tries=tries, ended_at=ended,
-                inputs=prepared.inputs, started_at=started,
-                error=message, stderr=_scrub(result.stderr, prepared.secrets))
+                inputs=inputs, started_at=started,
+                error=message, stderr=_text(result.stderr, secrets), owner=self.owner)
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries, message,
                                  seconds=time.perf_counter() - t0))
             return _Outcome(spec.name, False, message)
@@ -324,16 +413,15 @@ class _RunningMark:
     written once, finished, with its inputs and start time.
     """
 
-    DELAY_SECONDS = 0.0
-
     def __init__(self, store: RunStore, run_id: str, name: str, inputs: dict[str, object],
-                 tries: int, started: datetime) -> None:
+                 tries: int, started: datetime, owner: str) -> None:
         self.writing = False
 
         async def mark() -> None:
-            await asyncio.sleep(self.DELAY_SECONDS)
+            await asyncio.sleep(0)
             self.writing = True
-            await store.step_running(run_id, name, inputs=inputs, tries=tries, started_at=started)
+            await store.step_running(run_id, name, inputs=inputs, tries=tries, started_at=started,
+                                     owner=owner)
 
         self.task = asyncio.create_task(mark())
 
@@ -344,26 +432,75 @@ class _RunningMark:
             self.task.cancel()
 
     async def settle(self) -> None:
-        """Before the final write: drop the mark if it was not begun, else let it land first."""
+        """Before the final write: drop the mark if it was not begun, else let it land first.
+
+        A mark that failed (a lost lease) raises here, on the step's own path.
+        """
         self.drop()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
 
 
-def webhook_secret_names() -> frozenset[str]:
-    """The secret variables of every webhook trigger defined in this process."""
+def protected_variable_names(wf: Workflow) -> frozenset[str]:
+    """Environment variables no step sees unless it passes them itself through ``env=``:
+    every webhook secret variable and every ``secret()`` variable of every workflow
+    defined in this process (and of ``wf``)."""
     from brain.dsl.triggers import WebhookTrigger
     from brain.dsl.workflow import REGISTRY
 
-    return frozenset(t.secret_env for wf in REGISTRY.values() for t in wf.triggers
-                     if isinstance(t, WebhookTrigger))
+    names: set[str] = set()
+    for each in {id(w): w for w in [*REGISTRY.values(), wf]}.values():
+        names.update(t.secret_env for t in each.triggers if isinstance(t, WebhookTrigger))
+        names.update(_secret_names(each))
+    return frozenset(names)
 
 
-def _scrub(text: str | None, secrets: list[str]) -> str | None:
-    """Replace secret values that a step echoed with ``***``."""
-    if not text or not secrets:
-        return text
-    for value in secrets:
-        if value:
-            text = text.replace(value, "***")
-    return text
+def _secret_names(wf: Workflow) -> frozenset[str]:
+    """The variables named by ``secret()`` anywhere in ``wf``'s steps (cached on the spec)."""
+    cached: frozenset[str] | None = getattr(wf, "_secret_names", None)
+    if cached is not None:
+        return cached
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, SecretRef):
+            found.add(value.env)
+        elif isinstance(value, BaseModel):
+            for field in type(value).model_fields:
+                walk(getattr(value, field))
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    for spec in wf.spec.steps:
+        walk(spec)
+    result = frozenset(found)
+    with contextlib.suppress(AttributeError, TypeError, ValueError):
+        object.__setattr__(wf, "_secret_names", result)
+    return result
+
+
+def _text(text: str | None, secrets: Iterable[str] = ()) -> str | None:
+    """Text about to be stored: every known secret value replaced by ``***``."""
+    return scrub(text, secrets)
+
+
+def _scrub_deep(value: Any, secrets: Iterable[str]) -> Any:
+    """Inputs about to be stored, with secret values scrubbed from every string in them."""
+    secrets = list(secrets)
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {k: _scrub_deep(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_deep(v, secrets) for v in value]
+    return value
+
+
+def _internal_error(exc: BaseException) -> str:
+    """The text stored for an error raised inside the orchestrator (secrets scrubbed)."""
+    text = f"internal error: {type(exc).__name__}: {exc}"[:2000]
+    return scrub(clean_text(text)) or "internal error"

@@ -9,10 +9,12 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from litestar import Litestar
+from litestar import Litestar, Request, Response
 from litestar.config.app import AppConfig
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.plugins import InitPluginProtocol
+from litestar.router import Router
 
 from brain._version import __version__
 from brain.server.service import BrainService
@@ -70,6 +72,7 @@ class BrainPlugin(InitPluginProtocol):
         self.page = page
         self.reload_paths = reload_paths
         self._reloader: asyncio.Task[None] | None = None
+        self._stop_now: asyncio.Task[None] | None = None
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         """Register routes, state and the start-up/shut-down hooks."""
@@ -100,6 +103,49 @@ class BrainPlugin(InitPluginProtocol):
             self._reloader.cancel()
         await self.service.stop()
 
+    def stop_now_soon(self) -> None:
+        """Start :meth:`stop_now` without waiting (for a signal handler, on the loop)."""
+        if self._stop_now is None and self.service.started:
+            self._stop_now = asyncio.ensure_future(self.service.stop(grace_seconds=0))
+
+    async def stop_now(self) -> None:
+        """Stop without the grace period (a second Ctrl-C): running steps are stopped at once
+        and their runs keep a lease that ends now, so the next start resumes them. A graceful
+        stop already waiting ends with this one."""
+        # A second stop() call with no grace cancels what the first is waiting for; both
+        # then finish (closing the store twice is harmless).
+        self.stop_now_soon()
+        if self._stop_now is not None:
+            await asyncio.shield(self._stop_now)
+
+
+SCHEMA_ASSETS = "/schema/assets"
+
+
+def _swagger_assets() -> tuple[SwaggerRenderPlugin, Router]:
+    """Swagger UI at ``/schema`` with every file served by this app (installations are often
+    offline; Litestar's default loads them from a CDN). The files come from the
+    ``swagger-ui-bundle-v2`` package."""
+    from litestar.static_files import create_static_files_router
+    from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
+
+    plugin = SwaggerRenderPlugin(
+        js_url=f"{SCHEMA_ASSETS}/swagger-ui-bundle.js", css_url=f"{SCHEMA_ASSETS}/swagger-ui.css",
+        standalone_preset_js_url=f"{SCHEMA_ASSETS}/swagger-ui-standalone-preset.js",
+        favicon=f"<link rel='icon' type='image/png' href='{SCHEMA_ASSETS}/favicon-32x32.png'>",
+        path=["/", "/swagger"])
+    router = create_static_files_router(path=SCHEMA_ASSETS, directories=[str(swagger_ui_path)],
+                                        include_in_schema=False, name="brain-schema-assets")
+    return plugin, router
+
+
+def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Every 500: logged here with its traceback; the client gets the JSON shape only."""
+    # scope["path"], not request.url: building the URL can be what failed (a bad Host).
+    log.error("%s %s failed with an internal error", request.scope.get("method", "?"),
+              request.scope.get("path", "?"), exc_info=exc)
+    return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)
+
 
 def create_app(workflows_or_paths: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str, Workflow],
                *, store: Store | None = None, concurrency: int | None = None,
@@ -111,9 +157,12 @@ def create_app(workflows_or_paths: Iterable[Workflow | str | os.PathLike[str]] |
     """
     plugin = BrainPlugin(workflows_or_paths, store=store, concurrency=concurrency,
                          execute=execute, triggers=triggers, reload_paths=reload_paths)
+    swagger, assets = _swagger_assets()
     return Litestar(
-        plugins=[plugin], debug=False, logging_config=None,
-        openapi_config=OpenAPIConfig(title="The Brain", version=__version__, path="/schema"),
+        route_handlers=[assets], plugins=[plugin], debug=False, logging_config=None,
+        exception_handlers={500: internal_error},
+        openapi_config=OpenAPIConfig(title="The Brain", version=__version__, path="/schema",
+                                     render_plugins=[swagger]),
     )
 
 

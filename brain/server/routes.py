@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +22,9 @@ from brain.server.service import BrainService
 from brain.store.queue import QueueFull
 
 RETRY_AFTER_SECONDS = "5"
+# Limits on request JSON: deeper or longer than any real payload, far below what costs.
+MAX_JSON_DEPTH = 100
+MAX_JSON_NUMBER_CHARS = 100
 
 
 def service_of(connection: ASGIConnection[Any, Any, Any, Any]) -> BrainService:
@@ -40,8 +45,11 @@ def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRo
                 other and security.token_matches(f"Bearer {other}", token)):
             raise NotAuthorizedException(detail="missing or wrong bearer token")
         return
-    problem = security.loopback_problem(connection.headers.get("host"),
-                                        connection.headers.get("origin"))
+    try:
+        problem = security.loopback_problem(connection.headers.get("host"),
+                                            connection.headers.get("origin"))
+    except security.BadHostHeader as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
     if problem:
         raise NotAuthorizedException(detail=problem)
 
@@ -107,7 +115,7 @@ def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
 
     now = datetime.now(UTC)
     triggers = []
-    for i, trig in enumerate(wf.triggers):
+    for trig in wf.triggers:
         item = trig.model_dump(mode="json")
         if trig.type in ("cron", "every"):
             upcoming = next_fire(trig, now)
@@ -115,21 +123,99 @@ def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
         if trig.type == "webhook":
             item["url_path"] = f"/hooks/{(trig.path or wf.name).strip('/')}"
             item.pop("secret_env", None)
-        item["key"] = trigger_key(i, trig)
+        item["key"] = trigger_key(trig)
         triggers.append(item)
     return {"name": wf.name, "description": wf.description, "steps_count": len(wf.spec.steps),
             "max_concurrent_runs": wf.spec.max_concurrent_runs, "triggers": triggers}
+
+
+def _check_json_request(request: Request[Any, Any, Any], raw: bytes) -> None:
+    """JSON endpoints take ``application/json`` only, so a browser page of another origin
+    must preflight them (no "simple" ``text/plain`` or form POST); an empty body needs no type."""
+    given = request.headers.get("content-type")
+    media_type = (given or "").split(";", 1)[0].strip().lower()
+    if media_type == "application/json" or (given is None and not raw):
+        return
+    shown = f"Content-Type {given[:100]!r}" if given is not None else "no Content-Type"
+    raise HTTPException(status_code=415, detail=f"this endpoint takes JSON: send the body with "
+                                                f"Content-Type: application/json (got {shown})")
+
+
+def _json_number(kind: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        if len(text) > MAX_JSON_NUMBER_CHARS:
+            raise _JsonRefused(f"a number with {len(text)} characters is too long (at most "
+                               f"{MAX_JSON_NUMBER_CHARS}); send it as a string")
+        value = int(text) if kind == "int" else float(text)
+        if kind == "float" and not math.isfinite(value):
+            raise _JsonRefused(f"the number {text} is out of range; send it as a string")
+        return value
+
+    return parse
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _JsonRefused(f"{name} is not JSON; send null or a string instead")
+
+
+class _JsonRefused(ValueError):
+    """Valid-looking JSON that the API will not take (NaN, huge numbers, ...)."""
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON value of a request body, or a 400 whose ``detail`` says what is wrong.
+
+    Refused: bytes that are not UTF-8, invalid JSON, ``NaN``/``Infinity``, numbers longer
+    than 100 characters, nesting deeper than 100 levels, and text with lone surrogates
+    (which cannot be stored).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HTTPException(status_code=400, detail=f"the request body is not UTF-8 text "
+                                                    f"(byte {exc.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_json_number("int"),
+                           parse_float=_json_number("float"))
+    except RecursionError:
+        raise HTTPException(status_code=400, detail=f"the request body is nested too deeply "
+                                                    f"(at most {MAX_JSON_DEPTH} levels)") from None
+    except _JsonRefused as exc:
+        raise HTTPException(status_code=400, detail=f"the request body is refused: {exc}") from None
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise HTTPException(status_code=400,
+                            detail=f"the request body is not valid JSON: {exc}") from None
+    problem = _json_problem(value)
+    if problem:
+        raise HTTPException(status_code=400, detail=f"the request body is refused: {problem}")
+    return value
+
+
+def _json_problem(value: Any) -> str | None:
+    """Too deep, or a string that is not valid Unicode; walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"it is nested more than {MAX_JSON_DEPTH} levels deep"
+        if isinstance(item, dict):
+            stack.extend((k, depth) for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return r"a string holds a lone surrogate (such as \ud800), which is not text"
+    return None
 
 
 def _run_request(raw: bytes) -> RunRequest:
     """``{"body": ..., "wait": false}``; an empty body starts a run with no payload."""
     if not raw.strip():
         return RunRequest()
-    try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPException(status_code=400,
-                            detail=f"the request body is not valid JSON: {exc}") from None
+    value = parse_json(raw)
     if not isinstance(value, dict):
         raise HTTPException(status_code=400, detail='the request body must be a JSON object like '
                                                     '{"body": ..., "wait": false}')
@@ -147,7 +233,9 @@ def _run_request(raw: bytes) -> RunRequest:
 async def start_run(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[Any]:
     """Queue a run: ``{"body": ..., "wait": false}``; with ``wait``, answer when it ends
     (or 202 after 30 s)."""
-    data = _run_request(await request.body())
+    raw = await request.body()
+    _check_json_request(request, raw)
+    data = _run_request(raw)
     service = service_of(request)
     wf = service.workflows.get(name)
     if wf is None:
@@ -192,6 +280,10 @@ async def get_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> dic
 @post("/api/runs/{run_id:str}/cancel", guards=[require_api_access], status_code=202)
 async def cancel_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> dict[str, Any]:
     """Ask a run to stop; its executor stops it within a second."""
+    raw = await request.body()
+    _check_json_request(request, raw)
+    if raw.strip():
+        parse_json(raw)  # no fields are defined, but malformed JSON is still an error
     try:
         run, active = await service_of(request).store.request_cancel(run_id)
     except RunNotFound as exc:
@@ -214,7 +306,9 @@ async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
         raise HTTPException(status_code=413, detail="body larger than 1 MiB")
     hook = service.hooks.get(path.strip("/"))
     headers = {k.lower(): v for k, v in request.headers.items()}
-    if not webhooks.verify(hook.secret if hook else None, body, headers) or hook is None:
+    if not webhooks.verify(hook.secret if hook else None, body, headers,
+                           require_timestamp=hook.trigger.require_timestamp if hook else False) \
+            or hook is None:
         raise NotAuthorizedException(detail="invalid signature")
     try:
         text = body.decode("utf-8")

@@ -26,8 +26,16 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+class BadHostHeader(ValueError):
+    """A ``Host`` header that is not ``name[:port]`` (e.g. ``[::1`` without its ``]``)."""
+
+
 def _hostname(host_header: str) -> str:
-    return urlsplit(f"//{host_header}").hostname or ""
+    try:
+        return urlsplit(f"//{host_header}").hostname or ""
+    except ValueError:  # urlsplit refuses a malformed IPv6 literal such as "[::1"
+        raise BadHostHeader(f"the Host header {host_header[:100]!r} is not a host name "
+                            f"with an optional port") from None
 
 
 def token_matches(header: str | None, token: str) -> bool:
@@ -39,11 +47,22 @@ def token_matches(header: str | None, token: str) -> bool:
 
 
 def loopback_problem(host_header: str | None, origin: str | None) -> str | None:
-    """Why a token-less request must be refused (DNS rebinding, CSRF), or ``None``."""
+    """Why a token-less request must be refused (DNS rebinding, CSRF), or ``None``.
+
+    ``Origin: null`` (sandboxed frames, ``data:`` pages, some redirects) is refused like
+    another site: nothing says which page sent it. Raises :class:`BadHostHeader` for a
+    ``Host`` header that cannot be parsed.
+    """
     if not host_header or not is_loopback_host(_hostname(host_header)):
         return "without BRAIN_API_TOKEN the API answers only requests to a loopback host name"
-    if origin and origin != "null":
-        origin_host = urlsplit(origin).hostname or ""
-        if not is_loopback_host(origin_host):
-            return "cross-site requests are refused (set BRAIN_API_TOKEN to allow other origins)"
+    if origin is not None and not _is_loopback_origin(origin):
+        return "cross-site requests are refused (set BRAIN_API_TOKEN to allow other origins)"
     return None
+
+
+def _is_loopback_origin(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin.strip())
+        return parts.scheme in ("http", "https") and is_loopback_host(parts.hostname or "")
+    except ValueError:
+        return False

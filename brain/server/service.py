@@ -94,7 +94,9 @@ class BrainService:
         self._stopping = False
         self._tasks: list[asyncio.Task[Any]] = []
         self._running: dict[str, asyncio.Task[Any]] = {}
-        self._slots = asyncio.Semaphore(self.concurrency)
+        # Runs whose executor died (lease expired), found by the resume loop and taken by
+        # the same executors as queued runs: one concurrency limit for both.
+        self._resumable: list[str] = []
         self._claim_lock = asyncio.Lock()
         self._watchers: list[Any] = []
         self._scheduler: Any = None
@@ -116,6 +118,12 @@ class BrainService:
 
     async def start(self) -> None:
         """Open the store, then start executors, schedules and watchers."""
+        from brain._secrets import make_undumpable, remember_environment
+
+        # Steps run as this process's user: keep them out of its memory and environment.
+        make_undumpable()
+        remember_environment(["BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN", "LLM_API_KEY",
+                              *(hook.trigger.secret_env for hook in self.hooks.values())])
         if not self.store.is_open:
             await self.store.open()
         for path, hook in self.hooks.items():
@@ -132,21 +140,13 @@ class BrainService:
         self.started = True
 
     async def _expire_dead_local_leases(self) -> None:
-        """Runs left ``running`` by a process of this machine that no longer exists are
-        resumed now rather than when their lease runs out."""
-        import socket
+        """Runs left ``running`` by a process of this machine that no longer exists (or is
+        a zombie) are resumed now rather than when their lease runs out."""
+        from brain._owners import local_owner_gone
 
-        host = socket.gethostname()
         for run_id, owner in await self.store.running_leases():
-            parts = (owner or "").split(":")
-            if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
-                continue
-            try:
-                os.kill(int(parts[1]), 0)
-            except ProcessLookupError:
+            if owner != self.owner and local_owner_gone(owner):
                 await self.store.expire_lease(run_id, owner)
-            except PermissionError:
-                pass  # alive, under another user
 
     def _is_stopping(self) -> bool:
         return self._stopping
@@ -214,36 +214,62 @@ class BrainService:
                 names.append(name)
         return names
 
+    async def _take(self) -> tuple[str, bool] | None:
+        """The next run to execute, claimed: ``(run id, first start)``, or ``None``.
+
+        Runs whose executor died come first; then the oldest queued run of a
+        workflow under its ``max_concurrent_runs``.
+        """
+        from brain.runner import lease_seconds
+
+        while self._resumable:
+            run_id = self._resumable.pop(0)
+            if run_id in self._running:
+                continue
+            row = await self.store.run_row(run_id)
+            if row is None or row.workflow not in self.workflows:
+                continue
+            if await self.store.claim_run(run_id, self.owner, lease_seconds()):
+                log.info("resuming run %s of %s (its executor stopped)", run_id, row.workflow)
+                return run_id, row.started_at is None
+        # Counting and claiming together, so two executors of this process cannot
+        # both see room under max_concurrent_runs and both take a run.
+        async with self._claim_lock:
+            limited = [n for n, wf in self.workflows.items() if wf.spec.max_concurrent_runs]
+            active = {n: await self.store.count_active(workflow=n, status="running")
+                      for n in limited}
+            queued = await self.store.claim_next(self._eligible(active), self.owner,
+                                                 lease_seconds())
+        return None if queued is None else (queued, True)
+
     async def _worker(self) -> None:
-        from brain.runner import execute_claimed, lease_seconds
+        """One executor: take a run, execute it, repeat; a store error is logged and retried."""
+        from brain.runner import execute_claimed
 
         while not self._stopping:
             try:
-                # Counting and claiming together, so two executors of this process cannot
-                # both see room under max_concurrent_runs and both take a run.
-                async with self._claim_lock:
-                    limited = [n for n, wf in self.workflows.items() if wf.spec.max_concurrent_runs]
-                    active = {n: await self.store.count_active(workflow=n, status="running")
-                              for n in limited}
-                    run_id = await self.store.claim_next(self._eligible(active), self.owner,
-                                                         lease_seconds())
+                taken = await self._take()
+            except asyncio.CancelledError:
+                raise
             except Exception:
-                log.exception("cannot take a queued run; retrying")
-                run_id = None
-            if run_id is None:
+                log.exception("cannot take a run to execute; retrying")
+                taken = None
+                await asyncio.sleep(IDLE_POLL_SECONDS)
+            if taken is None:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), IDLE_POLL_SECONDS)
                 continue
-            row = await self.store.run_row(run_id)
-            wf = self.workflows.get(row.workflow) if row else None
-            if wf is None:
-                continue
+            run_id, first_start = taken
             task = asyncio.current_task()
             assert task is not None
             self._running[run_id] = task
             try:
-                await execute_claimed(wf, self.store, run_id, self.owner, first_start=True,
+                row = await self.store.run_row(run_id)
+                wf = self.workflows.get(row.workflow) if row else None
+                if wf is None:
+                    continue
+                await execute_claimed(wf, self.store, run_id, self.owner, first_start=first_start,
                                       abandon_on_cancel=self._is_stopping)
             except asyncio.CancelledError:
                 raise
@@ -253,31 +279,20 @@ class BrainService:
                 self._running.pop(run_id, None)
 
     async def _resume_loop(self) -> None:
-        """Resume runs whose executor died (lease expired), now and every few seconds."""
-        from brain.runner import execute_run
-
+        """Find runs whose executor died (lease expired), now and every few seconds, and
+        hand them to the executors. A run this process executes is never among them."""
         while not self._stopping:
             try:
                 expired = await self.store.expired_runs()
+            except asyncio.CancelledError:
+                raise
             except Exception:
-                log.exception("cannot look for abandoned runs")
+                log.exception("cannot look for abandoned runs; retrying")
                 expired = []
-            for run_id in expired:
-                row = await self.store.run_row(run_id)
-                wf = self.workflows.get(row.workflow) if row else None
-                if wf is None or self._stopping:
-                    continue
-                async with self._slots:
-                    log.info("resuming run %s of %s (its executor stopped)", run_id, wf.name)
-                    task = asyncio.create_task(execute_run(wf, self.store, run_id, owner=self.owner,
-                                                           abandon_on_cancel=self._is_stopping))
-                    self._running[run_id] = task
-                    try:
-                        await task
-                    except Exception:
-                        log.exception("resuming run %s failed", run_id)
-                    finally:
-                        self._running.pop(run_id, None)
+            fresh = [r for r in expired if r not in self._running and r not in self._resumable]
+            if fresh:
+                self._resumable.extend(fresh)
+                self._wake.set()
             await asyncio.sleep(EXPIRED_SCAN_SECONDS)
 
     async def replace_workflows(self, workflows: Mapping[str, Workflow]) -> None:
@@ -305,13 +320,13 @@ class BrainService:
     # --- triggers ------------------------------------------------------------
 
     def _schedules(self) -> list[tuple[str, str, Any]]:
-        return [(wf.name, trigger_key(i, trig), trig) for wf in self.workflows.values()
-                for i, trig in enumerate(wf.triggers)
+        return [(wf.name, trigger_key(trig), trig) for wf in self.workflows.values()
+                for trig in wf.triggers
                 if isinstance(trig, (CronTrigger, EveryTrigger))]
 
     def _watches(self) -> list[tuple[Workflow, str, WatchTrigger]]:
-        return [(wf, trigger_key(i, trig), trig) for wf in self.workflows.values()
-                for i, trig in enumerate(wf.triggers) if isinstance(trig, WatchTrigger)]
+        return [(wf, trigger_key(trig), trig) for wf in self.workflows.values()
+                for trig in wf.triggers if isinstance(trig, WatchTrigger)]
 
     async def _start_triggers(self) -> None:
         """Schedules and watchers (see brain.triggers); a missing watch folder stops start-up."""
@@ -349,8 +364,29 @@ class BrainService:
         trigger = TriggerData(event="schedule", body=fire_time.isoformat())
         try:
             await self.enqueue(wf, trigger, trigger_key=key, fire_time=fire_time)
-        except BrainError as exc:
-            log.warning("%s: %s fire at %s not queued: %s", workflow, key, fire_time.isoformat(), exc)
+        except Exception as exc:
+            # Not lost: keep trying in the background (the claim is unique per fire time,
+            # so a retry can never queue it twice).
+            log.warning("%s: %s fire at %s not queued yet (%s); retrying", workflow, key,
+                        fire_time.isoformat(), exc)
+            task = asyncio.create_task(self._retry_fire(wf, key, trigger, fire_time))
+            self._tasks.append(task)
+            task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _retry_fire(self, wf: Workflow, key: str, trigger: TriggerData,
+                          fire_time: datetime) -> None:
+        delay = 1.0
+        while not self._stopping:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            try:
+                await self.enqueue(wf, trigger, trigger_key=key, fire_time=fire_time)
+            except Exception as exc:
+                log.debug("%s: %s fire at %s still not queued: %s", wf.name, key,
+                          fire_time.isoformat(), exc)
+                continue
+            log.info("%s: %s fire at %s queued after retrying", wf.name, key, fire_time.isoformat())
+            return
 
     def _start_watcher(self, wf: Workflow, key: str, trig: WatchTrigger) -> None:
         from brain.triggers.watch import FileWatcher, resolve_folder

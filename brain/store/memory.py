@@ -13,8 +13,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from brain._errors import RunNotFound, StoreError
-from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
+from brain._errors import LeaseLost, RunNotFound, StoreError
+from brain.results import (
+    FINISHED_RUN,
+    RunResult,
+    RunStatus,
+    StepResult,
+    StepStatus,
+    TriggerData,
+    clean_text,
+)
 from brain.store.base import RunRecord
 from brain.store.store import utcnow
 
@@ -84,6 +92,13 @@ class MemoryStore:
     def _set(self, run: _Run, **changes: Any) -> None:
         run.record = replace(run.record, **changes)
 
+    def _leased(self, run_id: str, owner: str | None) -> _Run:
+        """The run, checking that ``owner`` (when given) still holds its lease."""
+        run = self._run(run_id)
+        if owner is not None and run.record.lease_owner != owner:
+            raise LeaseLost("this executor no longer holds the run's lease")
+        return run
+
     # --- writing -------------------------------------------------------------
 
     async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
@@ -119,9 +134,10 @@ class MemoryStore:
                   started_at=r.started_at or now)
         return True
 
-    async def set_previous_run(self, run_id: str, previous_run_id: str | None) -> None:
+    async def set_previous_run(self, run_id: str, previous_run_id: str | None, *,
+                               owner: str | None = None) -> None:
         """Record which run ``{previous.X}`` reads from."""
-        self._set(self._run(run_id), previous_run_id=previous_run_id)
+        self._set(self._leased(run_id, owner), previous_run_id=previous_run_id)
 
     async def heartbeat(self, run_id: str, owner: str,
                         lease_seconds: float | None) -> tuple[bool, bool]:
@@ -134,9 +150,9 @@ class MemoryStore:
         return run.record.lease_owner == owner, run.record.cancel_requested
 
     async def step_running(self, run_id: str, name: str, *, inputs: dict[str, Any],
-                           tries: int, started_at: datetime) -> None:
+                           tries: int, started_at: datetime, owner: str | None = None) -> None:
         """Mark a step ``running``."""
-        step = self._run(run_id).steps[name]
+        step = self._leased(run_id, owner).steps[name]
         step.status, step.inputs, step.tries = StepStatus.RUNNING.value, copy.deepcopy(inputs), tries
         step.started_at, step.ended_at, step.error = started_at, None, None
 
@@ -144,50 +160,62 @@ class MemoryStore:
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
                             inputs: dict[str, Any] | None = None,
-                            started_at: datetime | None = None) -> None:
+                            started_at: datetime | None = None, owner: str | None = None) -> None:
         """Record a step's end."""
-        step = self._run(run_id).steps[name]
+        step = self._leased(run_id, owner).steps[name]
         step.status, step.tries, step.ended_at = status.value, tries, ended_at
-        step.output, step.error, step.stderr = output, error, stderr
+        step.output, step.error, step.stderr = clean_text(output), clean_text(error), clean_text(stderr)
         if inputs is not None:
             step.inputs = copy.deepcopy(inputs)
         if started_at is not None:
             step.started_at = started_at
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
-                          error: str | None = None) -> None:
-        """Mark several steps ``skipped`` or ``cancelled``."""
-        run, now = self._run(run_id), utcnow()
+                          error: str | None = None, *, owner: str | None = None) -> None:
+        """Mark several steps ``skipped``, ``cancelled`` or ``failed``."""
+        run, now = self._leased(run_id, owner), utcnow()
         for name in names:
             step = run.steps[name]
             step.status, step.ended_at, step.error = status.value, now, error
 
-    async def reset_steps(self, run_id: str, names: Iterable[str]) -> None:
+    async def reset_steps(self, run_id: str, names: Iterable[str], *,
+                          owner: str | None = None) -> None:
         """Put unfinished steps back to ``pending``."""
-        run = self._run(run_id)
+        run = self._leased(run_id, owner)
         for name in names:
             step = run.steps[name]
             step.status, step.ended_at, step.output, step.error = StepStatus.PENDING.value, None, None, None
 
-    async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None) -> datetime:
+    async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
+                         owner: str | None = None) -> datetime:
         """Record the run's end and release its lease."""
         now = utcnow()
-        self._set(self._run(run_id), status=status.value, error=error, ended_at=now,
+        self._set(self._leased(run_id, owner), status=status.value, error=clean_text(error),
+                  ended_at=now,
                   lease_owner=None, lease_expires_at=None)
         return now
 
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
-        """Ask a run to stop; a queued run is cancelled at once."""
+        """Ask a run to stop; a run nobody executes (queued, or running under an expired
+        lease or a dead local owner) is cancelled at once, as in :meth:`Store.request_cancel`."""
+        from brain.store.owners import owner_process_gone
+
         run = self._run(await self.resolve_id(run_id))
         if run.record.status in FINISHED_RUN:
             return _result(run, with_steps=False), False
         self._set(run, cancel_requested=True)
-        if run.record.status == RunStatus.QUEUED.value:
-            now = utcnow()
-            self._set(run, status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now)
+        now = utcnow()
+        r = run.record
+        abandoned = r.status == RunStatus.RUNNING.value and (
+            r.lease_expires_at is None or r.lease_expires_at < now
+            or owner_process_gone(r.lease_owner))
+        if r.status == RunStatus.QUEUED.value or abandoned:
+            self._set(run, status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now,
+                      lease_owner=None, lease_expires_at=None)
             for step in run.steps.values():
-                if step.status == StepStatus.PENDING.value:
+                if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value):
                     step.status, step.ended_at = StepStatus.CANCELLED.value, now
+                    step.error = "cancelled"
         return _result(run, with_steps=False), True
 
     async def prune(self, finished_before: datetime) -> int:

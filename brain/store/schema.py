@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import weakref
 from pathlib import Path
 
@@ -15,6 +17,62 @@ from brain._errors import StoreError
 from brain.store.tables import SCHEMA_REVISION
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_REVISION_LINE = re.compile(r"^revision\s*=\s*[\"']([^\"']+)[\"']", re.MULTILINE)
+
+
+def known_revisions() -> frozenset[str]:
+    """The revisions this code's migrations define (read from the files, without Alembic)."""
+    found = set()
+    for file in (MIGRATIONS / "versions").glob("*.py"):
+        m = _REVISION_LINE.search(file.read_text(encoding="utf-8"))
+        if m:
+            found.add(m.group(1))
+    return frozenset(found)
+
+
+def sqlite_file_problem(database: str) -> str | None:
+    """What keeps SQLite from creating or opening ``database`` (a file path), found before
+    connecting, or ``None``.
+
+    A failed connect is checked here rather than left to the driver: aiosqlite's
+    thread outlives the failure and can print a traceback after the message.
+    """
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    folder = os.path.dirname(os.path.abspath(database))
+    if not os.path.isdir(folder):
+        return (f"the folder {folder} does not exist: create it, or point BRAIN_DATABASE_URL "
+                "at a file in an existing folder")
+    if os.path.isdir(database):
+        return f"{database} is a folder, not a database file"
+    try:
+        with open(database, "rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return None  # a new database
+    except OSError as exc:
+        return f"{database} cannot be read: {exc.strerror}"
+    # SQLite would take some non-empty files (a single byte) for a new database and
+    # overwrite them: anything but an empty file or SQLite's header is refused.
+    if head and head != _SQLITE_HEADER:
+        return (f"{database} is not a SQLite database file; point BRAIN_DATABASE_URL at "
+                "another file (a new one is created)")
+    return None
+
+
+def _newer(revision: str, shown_url: str) -> StoreError:
+    return StoreError(
+        f"the database at {shown_url} has schema revision {revision}, which this version of "
+        f"The Brain does not know (it knows up to {SCHEMA_REVISION}): a newer version has "
+        "upgraded it. Upgrade The Brain, or point BRAIN_DATABASE_URL at another database")
+
+
+def _unknown(revision: str | None, shown_url: str) -> StoreError | None:
+    """The error for a revision this code has no migration for (a newer schema), if so."""
+    if revision is None or revision == SCHEMA_REVISION or revision in known_revisions():
+        return None
+    return _newer(revision, shown_url)
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
@@ -41,12 +99,24 @@ def _upgrade(conn: Connection) -> None:
     command.upgrade(cfg, "head")
 
 
-async def upgrade(engine: AsyncEngine) -> tuple[str | None, str]:
-    """Upgrade the schema to the newest revision; return (before, after)."""
+async def upgrade(engine: AsyncEngine, shown_url: str = "") -> tuple[str | None, str]:
+    """Upgrade the schema to the newest revision; return (before, after).
+
+    A revision this code does not know (a newer schema) is a :class:`StoreError`.
+    """
+    shown_url = shown_url or engine.url.render_as_string(hide_password=True)
     before = await current_revision(engine)
+    unknown = _unknown(before, shown_url)
+    if unknown is not None:
+        raise unknown
     if before != SCHEMA_REVISION:
-        async with engine.begin() as conn:
-            await conn.run_sync(_upgrade)
+        from alembic.util import CommandError
+
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(_upgrade)
+        except CommandError as exc:
+            raise StoreError(f"cannot upgrade the schema of {shown_url}: {exc}") from None
     return before, await current_revision(engine) or ""
 
 
@@ -59,6 +129,9 @@ async def ensure_current(engine: AsyncEngine, *, auto_upgrade: bool, shown_url: 
     revision = await current_revision(engine)
     if revision == SCHEMA_REVISION:
         return
+    unknown = _unknown(revision, shown_url)
+    if unknown is not None:
+        raise unknown
     if auto_upgrade:
         # Alembic keeps its migration context in module globals: one upgrade at a time
         # in this process (two first runs on a new file would otherwise trip over it).
@@ -67,7 +140,9 @@ async def ensure_current(engine: AsyncEngine, *, auto_upgrade: bool, shown_url: 
             if await current_revision(engine) == SCHEMA_REVISION:
                 return
             try:
-                await upgrade(engine)
+                await upgrade(engine, shown_url)
+            except StoreError:
+                raise
             except Exception:
                 # Another process may be creating the schema at this moment (SQLite DDL is
                 # not transactional under Alembic): give it a few seconds to finish.

@@ -9,18 +9,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import threading
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Row, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Row, and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from brain._errors import RunNotFound, StoreError
-from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
+from brain._errors import LeaseLost, RunNotFound, StoreError
+from brain.results import (
+    FINISHED_RUN,
+    RunResult,
+    RunStatus,
+    StepResult,
+    StepStatus,
+    TriggerData,
+    clean_text,
+)
 from brain.store import schema
 from brain.store.base import RunRecord
 from brain.store.queue import QueueMixin
@@ -28,6 +39,10 @@ from brain.store.tables import metadata, runs, steps
 
 DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
 _FINISHED = [s.value for s in FINISHED_RUN]
+#: How long a write keeps being retried while the database is busy or unreachable.
+RETRY_SECONDS = 120.0
+_T = TypeVar("_T")
+log = logging.getLogger("brain.store")
 
 
 def default_url() -> str:
@@ -117,6 +132,10 @@ class Store(QueueMixin):
             _sqlite_settings(engine, memory=memory)
             if auto is not engine:
                 _sqlite_settings(auto, memory=memory)
+            problem = None if memory else schema.sqlite_file_problem(url.database or "")
+            if problem:
+                raise StoreError(f"cannot open database {self.shown_url}: {problem}")
+        threads_before = set(threading.enumerate())
         try:
             if memory:
                 async with engine.begin() as conn:
@@ -127,6 +146,12 @@ class Store(QueueMixin):
         except (StoreError, SQLAlchemyError, OSError) as exc:
             await engine.dispose()
             await auto.dispose()
+            # A connection that failed to open stops its aiosqlite thread without waiting;
+            # let that thread finish while the loop still runs (else, once the loop is
+            # closed, it dies with a traceback on stderr).
+            for thread in set(threading.enumerate()) - threads_before:
+                if "_connection_worker_thread" in thread.name:
+                    await asyncio.to_thread(thread.join, 1.0)
             if isinstance(exc, StoreError):
                 raise
             raise StoreError(f"cannot open database {self.shown_url}: {_short(exc)}") from None
@@ -186,17 +211,19 @@ class Store(QueueMixin):
                     self._held = None
                 raise
 
-    async def _one(self, statement: Any, params: dict[str, Any] | None = None) -> Any:
+    async def _one(self, statement: Any, params: dict[str, Any] | None = None, *,
+                   retry: bool = True) -> Any:
         """Run one statement atomically on its own: the cheap path.
 
         Shielded: a caller cancelled mid-statement must not leave the shared
-        connection half-way through a round trip.
+        connection half-way through a round trip. A busy or briefly unreachable
+        database is retried (unless ``retry=False``).
         """
         async def go() -> Any:
             async with self._connection() as conn:
                 result = await conn.execute(statement, params)
                 return result if not result.returns_rows else _Buffered(list(result.all()))
-        return await asyncio.shield(go())
+        return await asyncio.shield(_retrying(go) if retry else go())
 
     async def _transaction(self, statements: list[tuple[Any, Any]]) -> None:
         """Run ``(statement, params)`` pairs atomically.
@@ -206,9 +233,11 @@ class Store(QueueMixin):
         makes webhook ingest fast); elsewhere through a pooled transaction.
         """
         if self.engine.dialect.name != "sqlite" or self._auto is self._engine:
-            async with self.engine.begin() as conn:
-                for statement, params in statements:
-                    await conn.execute(statement, params)
+            async def go() -> None:
+                async with self.engine.begin() as conn:
+                    for statement, params in statements:
+                        await conn.execute(statement, params)
+            await asyncio.shield(_retrying(go))
             return
 
         # Group commit: transactions that arrive while one is being written wait and
@@ -226,17 +255,17 @@ class Store(QueueMixin):
             while self._batch:
                 batch, self._batch = self._batch, []
                 try:
-                    await self._write_batch([stmts for stmts, _ in batch])
+                    await _retrying(lambda b=batch: self._write_batch([st for st, _ in b]))
                     outcomes: list[BaseException | None] = [None] * len(batch)
-                except SQLAlchemyError:
+                except Exception:
                     # One of them broke a constraint (a repeated delivery, a claimed
-                    # fire): write each alone, so only that one fails.
+                    # fire) or cannot be written: write each alone, so only that one fails.
                     outcomes = []
                     for stmts, _ in batch:
                         try:
-                            await self._write_batch([stmts])
+                            await _retrying(lambda st=stmts: self._write_batch([st]))
                             outcomes.append(None)
-                        except BaseException as exc:
+                        except Exception as exc:
                             outcomes.append(exc)
                 except BaseException as exc:
                     outcomes = [exc] * len(batch)
@@ -276,8 +305,9 @@ class Store(QueueMixin):
         now = utcnow()
         row: dict[str, Any] = dict(
             id=run_id, workflow=workflow, definition_hash=definition_hash,
-            status=RunStatus.QUEUED.value, trigger_event=trigger.event, trigger_body=trigger.body,
-            trigger_path=trigger.path, trigger_headers=json.dumps(trigger.headers),
+            status=RunStatus.QUEUED.value, trigger_event=trigger.event,
+            trigger_body=clean_text(trigger.body), trigger_path=clean_text(trigger.path),
+            trigger_headers=json.dumps(trigger.headers),
             created_at=now, cancel_requested=False, previous_run_id=previous_run_id)
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
@@ -304,44 +334,63 @@ class Store(QueueMixin):
                         started_at=func.coalesce(runs.c.started_at, now)))
         return bool(result.rowcount)
 
-    async def set_previous_run(self, run_id: str, previous_run_id: str | None) -> None:
-        """Record which run ``{previous.X}`` reads from."""
-        await self._one(update(runs).where(runs.c.id == run_id)
-                        .values(previous_run_id=previous_run_id))
+    async def set_previous_run(self, run_id: str, previous_run_id: str | None, *,
+                               owner: str | None = None) -> None:
+        """Record which run ``{previous.X}`` reads from (under ``owner``'s lease, when given)."""
+        query = update(runs).where(runs.c.id == run_id)
+        if owner is not None:
+            query = query.where(runs.c.lease_owner == owner)
+        _check_lease(await self._one(query.values(previous_run_id=previous_run_id)), owner)
 
     async def heartbeat(self, run_id: str, owner: str, lease_seconds: float | None) -> tuple[bool, bool]:
         """Renew the lease (when ``lease_seconds``); return (still ours, cancel requested)."""
         if lease_seconds is not None:
             await self._one(update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner)
-                            .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)))
+                            .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)),
+                            retry=False)
         row = (await self._one(select(runs.c.lease_owner, runs.c.cancel_requested)
-                               .where(runs.c.id == run_id))).first()
+                               .where(runs.c.id == run_id), retry=False)).first()
         if row is None:
             return False, True
         return row.lease_owner == owner, bool(row.cancel_requested)
 
     async def step_running(self, run_id: str, name: str, *, inputs: dict[str, Any],
-                           tries: int, started_at: datetime) -> None:
-        """Mark a step ``running`` with its resolved (redacted) inputs."""
-        await self._one(_STEP_RUNNING, dict(
-            b_run=run_id, b_name=name, b_status=StepStatus.RUNNING.value,
-            b_inputs=json.dumps(inputs), b_tries=tries, b_started=started_at))
+                           tries: int, started_at: datetime, owner: str | None = None) -> None:
+        """Mark a step ``running`` with its resolved (redacted) inputs.
+
+        With ``owner``, only while that owner holds the run's lease (else
+        :class:`LeaseLost`); the same holds for every runner write below.
+        """
+        params = dict(b_run=run_id, b_name=name, b_status=StepStatus.RUNNING.value,
+                      b_inputs=json.dumps(inputs), b_tries=tries, b_started=started_at)
+        if owner is None:
+            await self._one(_STEP_RUNNING, params)
+        else:
+            _check_lease(await self._one(_STEP_RUNNING_LEASED, {**params, "b_owner": owner}), owner)
 
     async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
                             inputs: dict[str, Any] | None = None,
-                            started_at: datetime | None = None) -> None:
+                            started_at: datetime | None = None, owner: str | None = None) -> None:
         """Record a step's end; committed before this returns.
 
         ``inputs`` and ``started_at``, when given, are written too (a quick step
-        is recorded once, finished, without a ``running`` write first).
+        is recorded once, finished, without a ``running`` write first). Text
+        that cannot be stored as it is (lone surrogates) is stored with
+        replacement characters.
         """
+        output, error, stderr = clean_text(output), clean_text(error), clean_text(stderr)
         if inputs is not None and started_at is not None:
-            await self._one(_STEP_FINISHED, dict(
+            params = dict(
                 b_run=run_id, b_name=name, b_status=status.value, b_tries=tries, b_ended=ended_at,
                 b_output=output, b_error=error, b_stderr=stderr, b_inputs=json.dumps(inputs),
-                b_started=started_at))
+                b_started=started_at)
+            if owner is None:
+                await self._one(_STEP_FINISHED, params)
+            else:
+                _check_lease(await self._one(_STEP_FINISHED_LEASED, {**params, "b_owner": owner}),
+                             owner)
             return
         values: dict[str, Any] = dict(status=status.value, tries=tries, ended_at=ended_at,
                                       output=output, error=error, stderr=stderr)
@@ -349,68 +398,109 @@ class Store(QueueMixin):
             values["inputs"] = json.dumps(inputs)
         if started_at is not None:
             values["started_at"] = started_at
-        await self._one(update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
-                        .values(**values))
+        query = update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
+        _check_lease(await self._one(_leased(query, run_id, owner).values(**values)), owner)
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
-                          error: str | None = None) -> None:
-        """Mark several steps ``skipped`` or ``cancelled`` at once."""
+                          error: str | None = None, *, owner: str | None = None) -> None:
+        """Mark several steps ``skipped``, ``cancelled`` or ``failed`` at once."""
         names = list(names)
         if not names:
             return
         now = utcnow()
-        await self._one(update(steps).where(steps.c.run_id == run_id, steps.c.name.in_(names))
-                        .values(status=status.value, ended_at=now, error=error))
+        query = update(steps).where(steps.c.run_id == run_id, steps.c.name.in_(names))
+        _check_lease(await self._one(_leased(query, run_id, owner).values(
+            status=status.value, ended_at=now, error=clean_text(error))), owner)
 
-    async def reset_steps(self, run_id: str, names: Iterable[str]) -> None:
+    async def reset_steps(self, run_id: str, names: Iterable[str], *,
+                          owner: str | None = None) -> None:
         """Put unfinished steps back to ``pending`` before a resume."""
         names = list(names)
         if not names:
             return
-        await self._one(update(steps).where(steps.c.run_id == run_id, steps.c.name.in_(names))
-                        .values(status=StepStatus.PENDING.value, ended_at=None,
-                                output=None, error=None))
+        query = update(steps).where(steps.c.run_id == run_id, steps.c.name.in_(names))
+        _check_lease(await self._one(_leased(query, run_id, owner).values(
+            status=StepStatus.PENDING.value, ended_at=None, output=None, error=None)), owner)
 
-    async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None) -> datetime:
-        """Record the run's end and release its lease."""
+    async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
+                         owner: str | None = None) -> datetime:
+        """Record the run's end and release its lease (only ``owner``'s, when given)."""
         now = utcnow()
-        await self._one(update(runs).where(runs.c.id == run_id)
-                        .values(status=status.value, error=error, ended_at=now,
-                                lease_owner=None, lease_expires_at=None))
+        query = update(runs).where(runs.c.id == run_id)
+        if owner is not None:
+            query = query.where(runs.c.lease_owner == owner)
+        _check_lease(await self._one(query.values(
+            status=status.value, error=clean_text(error), ended_at=now,
+            lease_owner=None, lease_expires_at=None)), owner)
         return now
 
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
-        """Ask for a run to stop; a queued run is cancelled at once.
+        """Ask for a run to stop; return the run and whether it was still queued or running.
 
-        Returns the run and whether it was still queued or running.
+        A run nobody executes is cancelled at once: a queued one, and a running one
+        whose executor is gone (its lease expired, or its owner is a process of this
+        machine that has died): its unfinished steps become ``cancelled`` and its
+        lease is released. A run with a live executor is only marked
+        cancel-requested; that executor stops it within a second.
         """
-        run = await self.get_run(run_id, with_steps=False)
-        if run.status in FINISHED_RUN:
-            return run, False
+        from brain.store.owners import owner_process_gone
+
+        full = await self.resolve_id(run_id)
+        row = await self.run_row(full)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        if row.status in _FINISHED:
+            return await self.get_run(full, with_steps=False), False
         now = utcnow()
+        owner_gone = owner_process_gone(row.lease_owner)
+        cancelled = dict(status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now,
+                         lease_owner=None, lease_expires_at=None)
+        statements: list[Any] = [
+            update(runs).where(runs.c.id == full).values(cancel_requested=True),
+            update(runs).where(runs.c.id == full, runs.c.status == RunStatus.QUEUED.value)
+            .values(**cancelled)]
+        if row.status == RunStatus.RUNNING.value:
+            # Only if nothing changed since the read: the same owner, and (unless that
+            # owner is known dead) a lease that has run out. A live executor renewing,
+            # or another one that has just claimed the run, keeps it.
+            same_owner = (runs.c.lease_owner.is_(None) if row.lease_owner is None
+                          else runs.c.lease_owner == row.lease_owner)
+            abandoned = update(runs).where(runs.c.id == full,
+                                           runs.c.status == RunStatus.RUNNING.value, same_owner)
+            if not owner_gone:
+                abandoned = abandoned.where(or_(runs.c.lease_expires_at.is_(None),
+                                                runs.c.lease_expires_at < now))
+            statements.append(abandoned.values(**cancelled))
+        statements.append(
+            update(steps).where(steps.c.run_id == full,
+                                steps.c.status.in_([StepStatus.PENDING.value,
+                                                    StepStatus.RUNNING.value]),
+                                select(runs.c.status).where(runs.c.id == full)
+                                .scalar_subquery() == RunStatus.CANCELLED.value)
+            .values(status=StepStatus.CANCELLED.value, ended_at=now, error="cancelled"))
         async with self.engine.begin() as conn:
-            await conn.execute(update(runs).where(runs.c.id == run.run_id)
-                               .values(cancel_requested=True))
-            await conn.execute(
-                update(runs).where(runs.c.id == run.run_id,
-                                   runs.c.status == RunStatus.QUEUED.value)
-                .values(status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now))
-            await conn.execute(
-                update(steps).where(steps.c.run_id == run.run_id,
-                                    steps.c.status == StepStatus.PENDING.value,
-                                    select(runs.c.status).where(runs.c.id == run.run_id)
-                                    .scalar_subquery() == RunStatus.CANCELLED.value)
-                .values(status=StepStatus.CANCELLED.value, ended_at=now))
-        return await self.get_run(run.run_id, with_steps=False), True
+            for statement in statements:
+                await conn.execute(statement)
+        return await self.get_run(full, with_steps=False), True
 
     async def prune(self, finished_before: datetime) -> int:
-        """Delete finished runs that ended before ``finished_before``; return how many."""
+        """Delete finished runs that ended before ``finished_before``, and schedule fire
+        records claimed before it (each trigger's latest is kept: catch-up counts from
+        it); return how many runs."""
+        from brain.store.tables import fires
+
         async with self.engine.begin() as conn:
             ids = select(runs.c.id).where(runs.c.status.in_(_FINISHED),
                                           runs.c.ended_at < finished_before)
             await conn.execute(delete(steps).where(steps.c.run_id.in_(ids)))
             result = await conn.execute(delete(runs).where(runs.c.status.in_(_FINISHED),
                                                            runs.c.ended_at < finished_before))
+            newer = fires.alias("newer")
+            await conn.execute(delete(fires).where(
+                fires.c.claimed_at < finished_before,
+                exists().where(newer.c.workflow == fires.c.workflow,
+                               newer.c.trigger_key == fires.c.trigger_key,
+                               newer.c.fire_time > fires.c.fire_time)))
         return int(result.rowcount or 0)
 
     # --- reading ------------------------------------------------------------
@@ -520,6 +610,64 @@ _STEP_FINISHED = (
     .values(status=bindparam("b_status"), tries=bindparam("b_tries"), ended_at=bindparam("b_ended"),
             output=bindparam("b_output"), error=bindparam("b_error"), stderr=bindparam("b_stderr"),
             inputs=bindparam("b_inputs"), started_at=bindparam("b_started")))
+# The same, only while the run's lease is held by ``b_owner``.
+_HOLDS_LEASE = exists().where(runs.c.id == bindparam("b_run"),
+                              runs.c.lease_owner == bindparam("b_owner"))
+_STEP_RUNNING_LEASED = _STEP_RUNNING.where(_HOLDS_LEASE)
+_STEP_FINISHED_LEASED = _STEP_FINISHED.where(_HOLDS_LEASE)
+
+
+def _leased(query: Any, run_id: str, owner: str | None) -> Any:
+    """``query`` (an update of steps) limited to while ``owner`` holds the run's lease."""
+    if owner is None:
+        return query
+    return query.where(exists().where(runs.c.id == run_id, runs.c.lease_owner == owner))
+
+
+def _check_lease(result: Any, owner: str | None) -> None:
+    """A lease-conditional write that changed nothing means the lease is gone."""
+    if owner is not None and not result.rowcount:
+        raise LeaseLost("this executor no longer holds the run's lease")
+
+
+def _transient(exc: BaseException) -> bool:
+    """A busy or briefly unreachable database: worth trying the same write again."""
+    if isinstance(exc, ConnectionError):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    text = str(exc.orig or exc).lower()
+    if "database is locked" in text or "database table is locked" in text or "busy" in text:
+        return True
+    name = type(exc.orig).__name__
+    return name in _TRANSIENT_DRIVER_ERRORS or isinstance(exc.orig, ConnectionError)
+
+
+_TRANSIENT_DRIVER_ERRORS = frozenset({
+    "ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
+    "AdminShutdownError", "CrashShutdownError", "TooManyConnectionsError",
+    "ConnectionRejectionError"})
+
+
+async def _retrying(attempt: Any) -> Any:
+    """Await ``attempt()`` until it succeeds, retrying busy/unreachable-database errors
+    with backoff for up to :data:`RETRY_SECONDS`; other errors raise at once."""
+    deadline = time.monotonic() + RETRY_SECONDS
+    delay = 0.05
+    warned = False
+    while True:
+        try:
+            return await attempt()
+        except (DBAPIError, ConnectionError) as exc:
+            if not _transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            if not warned:
+                log.warning("database busy or unreachable (%s); retrying", _short(exc))
+                warned = True
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
 
 
 def _trigger(row: Row[Any]) -> TriggerData:

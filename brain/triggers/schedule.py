@@ -91,9 +91,26 @@ _SCAN_LIMIT = 1_000_000  # a safety bound on one backward-search window
 _DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
 
-def trigger_key(index: int, trig: CronTrigger | EveryTrigger | WebhookTrigger | WatchTrigger) -> str:
-    """The stable key of a workflow's trigger: its type and position, e.g. ``"cron:0"``, ``"every:1"``."""
-    return f"{trig.type}:{index}"
+def trigger_key(trig: CronTrigger | EveryTrigger | WebhookTrigger | WatchTrigger) -> str:
+    """The identity of a workflow's trigger, under which its fire history is stored (SPEC §5).
+
+    Its ``name=`` when given (``"name:nightly"``), else its content, never its
+    position in the list, so adding or reordering triggers keeps each one's
+    catch-up history. Options that do not say *when* it fires (``catchup``,
+    ``overlap``, ``wait_seconds``, ...) are not part of it::
+
+        >>> from brain import cron, every
+        >>> trigger_key(cron("0 9 * * *", timezone="Europe/Bucharest"))
+        'cron:0 9 * * *@Europe/Bucharest'
+        >>> trigger_key(every(seconds=300)), trigger_key(every(seconds=5, name="tick"))
+        ('every:300', 'name:tick')
+
+    A content key longer than 64 characters is replaced by a short digest of
+    it (``"watch:#1f2e…"``), so keys fit the store's column. The rules live in
+    :meth:`brain.dsl.triggers.CronTrigger.key` and its siblings, so that the
+    DSL can refuse two triggers with one identity when the workflow is defined.
+    """
+    return trig.key()
 
 
 # --- time helpers ------------------------------------------------------------------------------

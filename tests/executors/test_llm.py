@@ -676,16 +676,16 @@ def test_missing_secret_fails_naming_the_variable_and_sends_nothing(
 def test_secret_is_read_when_the_step_starts(server: FakeChatServer,
                                              monkeypatch: pytest.MonkeyPatch):
     url = server.url
-    monkeypatch.setenv("LLM_TEST_ROTATING_KEY", "old-key")
+    monkeypatch.setenv("LLM_TEST_ROTATING_KEY", "old-key-0001")
 
     @workflow
     def llm_rotating():
         llm("s", prompt="p", model="m", provider_url=url, api_key=secret("LLM_TEST_ROTATING_KEY"))
 
-    monkeypatch.setenv("LLM_TEST_ROTATING_KEY", "new-key")
+    monkeypatch.setenv("LLM_TEST_ROTATING_KEY", "new-key-0001")
     r = llm_rotating()
     assert r.status == "succeeded", r.error
-    assert auth(server) == "Bearer new-key"
+    assert auth(server) == "Bearer new-key-0001"
 
 
 def test_url_credentials_are_redacted_in_stored_inputs(server: FakeChatServer, tmp_path: Path):

@@ -96,7 +96,7 @@ def test_every_second_fires_in_a_live_server(tmp_path: Path, brain_cmd: list[str
         when = datetime.fromisoformat(body)  # the body is the fire time
         assert when.tzinfo is not None and when.utcoffset() == timedelta(0)
         assert when.microsecond == 0, "every(seconds=1) fires on whole seconds since the epoch"
-    assert all(r["trigger_key"] == "every:0" for r in fired)
+    assert all(r["trigger_key"] == "every:1" for r in fired)
     claims = sql_rows(tmp_path, "SELECT count(*) FROM brain_fires WHERE workflow = 'ticker'")[0][0]
     assert claims >= len(fired)
     outputs = sql_rows(tmp_path, "SELECT output FROM brain_steps WHERE run_id = ?", fired[0]["id"])
@@ -124,7 +124,7 @@ def test_catchup_all_runs_each_missed_fire(tmp_path: Path, brain_cmd: list[str],
 
     async def last_claimed_three_minutes_ago() -> None:
         async with Store(db_url) as store:
-            assert await store.claim_fire("minutely", "cron:0", minute - timedelta(minutes=3))
+            assert await store.claim_fire("minutely", "cron:* * * * *@UTC", minute - timedelta(minutes=3))
 
     asyncio.run(last_claimed_three_minutes_ago())
     serve.append(Server(brain_cmd, folder, tmp_path))

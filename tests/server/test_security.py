@@ -10,8 +10,12 @@ import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from brain import shell, trigger, workflow
 from brain.server import create_app
+from brain.server.security import BadHostHeader, is_loopback_host, loopback_problem
 
 TOKEN = "test-token-3f1c9a"
 
@@ -134,7 +138,9 @@ async def test_without_token_non_loopback_host_is_401(host: str) -> None:
 
 
 @pytest.mark.parametrize("origin", ["https://evil.example", "http://attacker.test:8000",
-                                    "http://localhost.evil.example", "http://192.168.1.20"])
+                                    "http://localhost.evil.example", "http://192.168.1.20",
+                                    "null", "NULL", "file://", "chrome-extension://abc", "",
+                                    "http://[::1"])
 async def test_without_token_cross_site_origin_is_401(origin: str) -> None:
     async with client_for(host="localhost") as client:
         run_id = await queued_run(client, {})
@@ -153,3 +159,47 @@ async def test_without_token_same_machine_origin_works(origin: str) -> None:
                               headers={"Origin": origin})
         assert r.status_code == 202, r.text
         assert (await client.get("/api/workflows", headers={"Origin": origin})).status_code == 200
+
+
+@settings(max_examples=500, deadline=None)
+@given(origin=st.text(max_size=40) | st.sampled_from(["null", "http://localhost", "https://127.0.0.1:1",
+                                                     "http://[::1]:3000", "http://evil.example"])
+       | st.builds(lambda scheme, host: f"{scheme}://{host}",
+                   st.sampled_from(["http", "https", "file", "ftp", "null", ""]),
+                   st.text(max_size=20)))
+def test_without_token_only_same_machine_http_origins_pass(origin: str) -> None:
+    """Any ``Origin`` that passes names an http(s) page on a loopback host; ``null`` and
+    everything else is refused."""
+    from urllib.parse import urlsplit
+
+    problem = loopback_problem("127.0.0.1:8000", origin)
+    if problem is None:
+        parts = urlsplit(origin.strip())
+        assert parts.scheme in ("http", "https"), origin
+        assert is_loopback_host(parts.hostname or ""), origin
+    assert loopback_problem("127.0.0.1:8000", None) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(host=st.text(max_size=40))
+def test_any_host_header_is_judged_or_refused_as_malformed(host: str) -> None:
+    """A Host header is loopback, not loopback, or a clear BadHostHeader: nothing else raised."""
+    try:
+        loopback_problem(host, None)
+    except BadHostHeader as exc:
+        assert "Host header" in str(exc)
+
+
+@pytest.mark.parametrize("host", ["[::1", "[::1:8000", "[not-an-address]", "localhost:8000]"])
+async def test_malformed_host_header_is_400_not_500(host: str) -> None:
+    async with client_for() as client:
+        for path in ("/api/workflows", "/"):
+            r = await client.get(path, headers={"Host": host})
+            assert r.status_code in (400, 401), (host, path, r.status_code, r.text)
+            data = r.json()
+            assert data["status_code"] == r.status_code
+            assert "Traceback" not in r.text
+            if r.status_code == 400:
+                assert "Host header" in data["detail"], data
+        r = await client.get("/api/workflows", headers={"Host": "[::1"})
+        assert r.status_code == 400, r.text

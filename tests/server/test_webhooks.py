@@ -15,10 +15,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from serve_support import BrainServer, brain_argv, clean_env
 from support import write_source
 
-from brain.server.webhooks import sign, verify
+from brain.server.webhooks import looks_stamped, parse_timestamp, sign, verify
 
 # GitHub's documented example ("Validating webhook deliveries").
 GITHUB_SECRET = "It's a Secret to Everybody"
@@ -60,6 +62,11 @@ def hook_fails():
 @workflow(triggers=[webhook(secret_env="HOOK_SECRET", wait_seconds=0.5)])
 def slow_hook():
     shell("nap", command="sleep 2; echo rested")
+
+
+@workflow(triggers=[webhook(secret_env="HOOK_SECRET", require_timestamp=True)])
+def stamped_only():
+    shell("ok", argv=["echo", "ok"])
 
 
 @workflow
@@ -140,6 +147,60 @@ def test_timestamped_vector_independently() -> None:
     assert not verify(GITHUB_SECRET, GITHUB_BODY,
                       {"x-brain-signature": GITHUB_SIGNATURE, "x-brain-timestamp": ts},
                       now=1700000000)
+
+
+SIGNATURE_HEADERS = ("x-brain-signature", "x-hub-signature-256")
+
+
+@settings(max_examples=500, deadline=None)
+@given(secret=st.text(min_size=1, max_size=40), body=st.binary(max_size=200),
+       ts=st.integers(min_value=0, max_value=10**12).map(str) | st.from_regex(r"\A[0-9]{1,15}\Z"),
+       header=st.sampled_from(SIGNATURE_HEADERS), require=st.booleans())
+def test_stamped_signature_never_verifies_an_unstamped_delivery(
+        secret: str, body: bytes, ts: str, header: str, require: bool) -> None:
+    """A signature captured from a stamped delivery, replayed without the timestamp header and
+    with the signed text ``"{ts}.{body}"`` as the body (or any other body), never verifies."""
+    captured = sign(secret, body, ts)
+    now = float(int(ts))
+    assert verify(secret, body, {header: captured, "x-brain-timestamp": ts}, now=now,
+                  require_timestamp=require)
+    replay = ts.encode() + b"." + body
+    for sent in (replay, body, replay + b"\n", b"0" + replay):
+        for name in SIGNATURE_HEADERS:
+            assert not verify(secret, sent, {name: captured}, now=now, require_timestamp=require)
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=st.text(min_size=1, max_size=40), body=st.binary(max_size=200),
+       header=st.sampled_from(SIGNATURE_HEADERS))
+def test_unstamped_delivery_verifies_unless_it_looks_stamped_or_stamps_are_required(
+        secret: str, body: bytes, header: str) -> None:
+    headers = {header: sign(secret, body)}
+    assert verify(secret, body, headers) == (not looks_stamped(body))
+    assert not verify(secret, body, headers, require_timestamp=True)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ts=st.text(max_size=12) | st.from_regex(r"\A[0-9]{1,12}\Z"), rest=st.binary(max_size=20))
+def test_stamped_looking_bodies_are_exactly_what_the_timestamp_parser_accepts(ts: str,
+                                                                           rest: bytes) -> None:
+    """The refusal of stamped-looking bodies matches the timestamp header's accepted form
+    exactly: ``"{ts}.{rest}"`` looks stamped if and only if ``ts`` is a valid timestamp."""
+    accepted = parse_timestamp(ts) is not None
+    assert accepted == (ts != "" and all(c in "0123456789" for c in ts))
+    assert looks_stamped(ts.encode("utf-8", "surrogatepass") + b"." + rest) == accepted
+
+
+def test_delivery_ids_are_never_cut() -> None:
+    from brain.server.webhooks import MAX_DELIVERY_ID_CHARS, delivery_id
+
+    prefix = "d" * MAX_DELIVERY_ID_CHARS
+    first = delivery_id({"x-brain-delivery": prefix + "-one"})
+    second = delivery_id({"x-github-delivery": prefix + "-two"})
+    assert first != second
+    assert first is not None and len(first) <= MAX_DELIVERY_ID_CHARS
+    assert first == delivery_id({"x-brain-delivery": prefix + "-one"})
+    assert delivery_id({"x-brain-delivery": prefix}) == prefix  # short enough: kept as sent
 
 
 # --- a real server ------------------------------------------------------------------------------
@@ -378,6 +439,57 @@ def test_unset_secret_accepts_nothing_and_startup_says_so(server: BrainServer) -
     assert any("unset_secret" in line for line in lines), lines
 
 
+@pytest.mark.parametrize("header", ["X-Brain-Signature", "X-Hub-Signature-256"])
+def test_stamped_delivery_replayed_without_timestamp_is_refused(server: BrainServer,
+                                                               header: str) -> None:
+    """Captured: a fresh stamped delivery. Replayed: its signed text as the body, the
+    timestamp header dropped (so no freshness check would apply). Same 401, no run."""
+    body = b'{"action": "deploy"}'
+    ts = str(int(time.time()))
+    captured = hub_sig(GITHUB_SECRET, body, ts)
+    before = set(server.run_ids("hooked"))
+    r = post(server, "/hooks/hooked", body, {header: captured, "X-Brain-Timestamp": ts})
+    assert r.status_code == 202, r.text
+    original = r.json()["run_id"]
+    refusal = post(server, "/hooks/hooked", body).content
+    replay = post(server, "/hooks/hooked", f"{ts}.".encode() + body, {header: captured})
+    assert_json_error(replay, 401)
+    assert replay.content == refusal
+    assert set(server.run_ids("hooked")) == before | {original}
+
+
+def test_require_timestamp_refuses_unstamped_deliveries(server: BrainServer) -> None:
+    body = b'{"strict": true}'
+    before = set(server.run_ids("stamped_only"))
+    refusal = post(server, "/hooks/stamped_only", body).content
+    for header in ("X-Brain-Signature", "X-Hub-Signature-256"):
+        r = post(server, "/hooks/stamped_only", body, {header: hub_sig(GITHUB_SECRET, body)})
+        assert_json_error(r, 401)
+        assert r.content == refusal
+    assert set(server.run_ids("stamped_only")) == before
+    ts = str(int(time.time()))
+    r = post(server, "/hooks/stamped_only", body,
+             {"X-Brain-Signature": hub_sig(GITHUB_SECRET, body, ts), "X-Brain-Timestamp": ts})
+    assert r.status_code == 202, r.text
+    assert server.wait_run(r.json()["run_id"])["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("header", ["X-Brain-Delivery", "X-GitHub-Delivery"])
+def test_long_delivery_ids_sharing_a_prefix_stay_apart(server: BrainServer, header: str) -> None:
+    body = b'{"delivery": "long"}'
+    sig = {"X-Hub-Signature-256": hub_sig(GITHUB_SECRET, body)}
+    prefix = uuid.uuid4().hex * 8  # 256 characters shared by both ids
+    before = set(server.run_ids("dedupe"))
+    one = post(server, "/hooks/dedupe", body, {**sig, header: prefix + "-one"})
+    two = post(server, "/hooks/dedupe", body, {**sig, header: prefix + "-two"})
+    assert one.status_code == two.status_code == 202, (one.text, two.text)
+    assert one.json()["run_id"] != two.json()["run_id"]
+    again = post(server, "/hooks/dedupe", body, {**sig, header: prefix + "-one"})
+    assert again.status_code in (200, 202), again.text
+    assert again.json()["run_id"] == one.json()["run_id"]
+    assert set(server.run_ids("dedupe")) == before | {one.json()["run_id"], two.json()["run_id"]}
+
+
 def test_server_output_never_shows_the_secret_and_sigterm_stops_it(server: BrainServer) -> None:
     """Runs last: refused and accepted deliveries, then SIGTERM; the output never has the secret."""
     post(server, "/hooks/hooked", GITHUB_BODY, {"X-Brain-Signature": hub_sig("nope", GITHUB_BODY)})
@@ -390,3 +502,4 @@ def test_server_output_never_shows_the_secret_and_sigterm_stops_it(server: Brain
     assert "The Brain" in output  # the start-up line, so there is output to check
     assert GITHUB_SECRET not in output
     assert "Traceback" not in output
+

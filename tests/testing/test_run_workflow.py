@@ -192,8 +192,8 @@ PARITY_TRIGGER = {"body": BODY, "headers": {"X-Kind": "analyst"}}
 
 def test_mocked_inputs_are_exactly_what_the_real_run_sent(brain_db: MemoryStore,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PARITY_TOKEN", "tok-123")
-    monkeypatch.setenv("PARITY_KEY", "key-456")
+    monkeypatch.setenv("PARITY_TOKEN", "tok-123-long-enough")
+    monkeypatch.setenv("PARITY_KEY", "key-456-long-enough")
     COMBINED.clear()
     with FakeChatServer(reply="a careful summary") as chat:
         wf = parity_workflow(chat.url)
@@ -213,7 +213,7 @@ def test_mocked_inputs_are_exactly_what_the_real_run_sent(brain_db: MemoryStore,
         assert ask["url"] == chat.url + "/chat/completions"
         assert ask["api_key"] == "***"
         assert request.path == "/v1/chat/completions"
-        assert request.headers["authorization"] == "Bearer key-456"
+        assert request.headers["authorization"] == "Bearer key-456-long-enough"
         assert request.json == {"model": ask["model"], "temperature": ask["temperature"],
                                 "max_tokens": ask["max_tokens"],
                                 "messages": [{"role": "system", "content": ask["system"]},

@@ -46,11 +46,134 @@ def local_dates(fires: list[datetime], zone: ZoneInfo) -> list[str]:
 # --- keys -----------------------------------------------------------------------------------------
 
 
-def test_trigger_key_is_type_and_position() -> None:
-    assert trigger_key(0, cron("0 9 * * *")) == "cron:0"
-    assert trigger_key(1, every(seconds=5)) == "every:1"
-    assert trigger_key(2, webhook(secret_env="X")) == "webhook:2"
-    assert trigger_key(3, watch("data")) == "watch:3"
+def test_trigger_key_is_the_content_never_the_position() -> None:
+    """SPEC §5: the expression and zone, the interval, the path; short and readable."""
+    assert trigger_key(cron("0 9 * * *")) == "cron:0 9 * * *@UTC"
+    assert trigger_key(cron("0  9 * * *", timezone="Europe/Bucharest")) == "cron:0 9 * * *@Europe/Bucharest"
+    assert trigger_key(every(seconds=300)) == trigger_key(every(seconds=300.0)) == "every:300"
+    assert trigger_key(every(seconds=0.5)) == "every:0.5"
+    assert trigger_key(webhook(secret_env="X")) == "webhook"
+    assert trigger_key(webhook(secret_env="X", path="/github/push/")) == "webhook:github/push"
+    assert trigger_key(watch("data")) == "watch:data * created,modified"
+    assert trigger_key(watch("data", patterns=["*.csv"], events=["modified", "created"])) == \
+        trigger_key(watch("data", patterns=["*.csv"], events=["created", "modified"]))
+
+
+def test_options_that_do_not_say_when_it_fires_are_not_its_identity() -> None:
+    assert trigger_key(cron("0 9 * * *", catchup="all", overlap="queue")) == trigger_key(cron("0 9 * * *"))
+    assert trigger_key(every(seconds=5, overlap="queue")) == trigger_key(every(seconds=5))
+    assert trigger_key(webhook(secret_env="A", wait_seconds=3)) == trigger_key(webhook(secret_env="B"))
+    assert trigger_key(cron("0 9 * * *")) != trigger_key(cron("0 9 * * *", timezone="Europe/Bucharest"))
+    assert trigger_key(watch("data")) != trigger_key(watch("data", recursive=True))
+
+
+def test_a_name_is_the_identity_whatever_the_content() -> None:
+    assert trigger_key(cron("0 9 * * *", name="nightly")) == "name:nightly"
+    assert trigger_key(cron("0 10 * * *", name="nightly")) == "name:nightly"
+    assert trigger_key(every(seconds=5, name="tick")) == trigger_key(every(seconds=9, name="tick"))
+    assert trigger_key(webhook(secret_env="S", name="gh")) == "name:gh"
+    assert trigger_key(watch("in", name="inbox")) == "name:inbox"
+
+
+def test_reordering_or_inserting_triggers_keeps_every_key() -> None:
+    from brain import shell, workflow
+
+    def body() -> None:
+        shell("only", argv=["true"])
+
+    before: list[Any] = [cron("0 9 * * *"), every(seconds=60), watch("in")]
+    after: list[Any] = [webhook(secret_env="S"), watch("in"), every(seconds=300), every(seconds=60),
+             cron("0 9 * * *")]
+    old = workflow(name="keyed", triggers=before)(body)
+    new = workflow(name="keyed", triggers=after)(body)
+    old_keys = [trigger_key(t) for t in old.triggers]
+    new_keys = {trigger_key(t) for t in new.triggers}
+    assert set(old_keys) <= new_keys
+    assert len(new_keys) == len(after)
+
+
+_cron_field = st.sampled_from(["*", "0", "5", "*/5", "1-5", "0,15,30,45", "1,2,3,4,5,6,7,8,9,10,11"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(minute=_cron_field, hour=_cron_field, zone=st.sampled_from(["UTC", "America/Argentina/Buenos_Aires"]),
+       path=st.text(min_size=1, max_size=120),
+       patterns=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=5),
+       seconds=st.floats(min_value=1e-6, max_value=1e12, allow_nan=False))
+def test_every_key_fits_the_store_column_and_is_stable(minute: str, hour: str, zone: str, path: str,
+                                                         patterns: list[str], seconds: float) -> None:
+    """Keys are stored in 100-character columns: long content becomes a short digest."""
+    for trig in (cron(f"{minute} {hour} * * *", timezone=zone), every(seconds=seconds),
+                 watch(path, patterns=patterns, recursive=True), webhook(secret_env="S", path=path)):
+        key = trigger_key(trig)
+        assert len(key) <= 64 and key.isprintable() and key.startswith(f"{trig.type}:")
+        assert key == trigger_key(trig.model_copy())
+
+
+@pytest.mark.parametrize(("triggers", "message"), [
+    ([cron("0 9 * * *"), cron("0 9 * * *", overlap="queue")], "two cron triggers are the same"),
+    ([every(seconds=5), every(seconds=5.0)], "two every triggers are the same"),
+    ([webhook(secret_env="A"), webhook(secret_env="B")], "two webhook triggers are the same"),
+    ([cron("0 9 * * *", name="n"), every(seconds=5, name="n")], "two triggers are named 'n'"),
+    ([cron("0 9 * * *", name="has space")], "bad trigger name 'has space'"),
+    ([every(seconds=5, name="")], "bad trigger name ''"),
+])
+def test_two_triggers_with_one_identity_are_a_definition_error(triggers: list[Any], message: str) -> None:
+    from support import definition_error
+
+    from brain import shell
+
+    def body() -> None:
+        shell("only", argv=["true"])
+
+    text = definition_error(body, name="twice", triggers=triggers)
+    assert message in text and text.startswith("workflow 'twice'")
+
+
+def test_the_same_content_under_two_names_is_two_triggers() -> None:
+    from brain import shell, workflow
+
+    def body() -> None:
+        shell("only", argv=["true"])
+
+    wf = workflow(name="twice", triggers=[cron("0 9 * * *", name="a"), cron("0 9 * * *", name="b")])(body)
+    assert [trigger_key(t) for t in wf.triggers] == ["name:a", "name:b"]
+
+
+async def test_catch_up_keeps_its_history_when_a_webhook_is_inserted_before_the_cron(db_url: str) -> None:
+    """The issue's case, on a real SQLite file: upgrading the file must not lose missed fires."""
+    from brain import shell, workflow
+    from brain.server.service import BrainService
+    from brain.store import Store
+
+    def body() -> None:
+        shell("only", argv=["true"])
+
+    def schedules(triggers: list[Any]) -> list[tuple[str, str, Any]]:
+        wf = workflow(name="digest", triggers=triggers)(body)
+        return BrainService({wf.name: wf}, store=Store(db_url), triggers=True)._schedules()
+
+    minutely = cron("* * * * *", catchup="all")
+    before = schedules([minutely])
+    after = schedules([webhook(secret_env="HOOK_SECRET"), minutely])
+    assert [key for _, key, _ in after] == [key for _, key, _ in before]
+
+    now = utc(2026, 1, 1, 0, 3, 0, 500_000)
+    async with Store(db_url) as store:
+        assert await store.claim_fire("digest", before[0][1], utc(2026, 1, 1, 0, 0))  # the old version ran
+
+        fired: list[datetime] = []
+
+        async def fire(workflow: str, key: str, trig: Any, fire_time: datetime) -> None:
+            if await store.claim_fire(workflow, key, fire_time):
+                fired.append(fire_time)
+
+        scheduler = Scheduler(fire, clock=lambda: now)
+        scheduler.set_schedules(after)
+        await scheduler.catch_up(store.last_fire)
+        assert await store.last_fire("digest", after[0][1]) == utc(2026, 1, 1, 0, 3)
+    # Counted from the fire the old version claimed: each missed minute, not only the current one.
+    assert fired == [utc(2026, 1, 1, 0, 1), utc(2026, 1, 1, 0, 2), utc(2026, 1, 1, 0, 3)]
 
 
 # --- cron across DST ------------------------------------------------------------------------------

@@ -1,0 +1,578 @@
+"""Where a placeholder may stand in a ``shell(command=...)`` template (SPEC §3, shell safety).
+
+Values are inserted shell-quoted (``shlex.quote``), which keeps them plain data
+only in some places. The places are decided by a real shell parser
+(tree-sitter with the bash grammar), never by scanning text: each placeholder
+is replaced by a unique marker word, the template is parsed, and a marker is
+accepted only
+
+- inside an argument word of a simple command (also inside ``$(…)``, whose
+  output must itself land in such a place or in double quotes), or
+- as a redirection target (``> {x}``, ``<<< {x}``),
+
+and only when the command is not one that runs its arguments as code
+(``eval``, ``.``, ``sh -c``, ``trap`` …), takes them as variable names or
+arithmetic (``let``, ``declare``, ``unset``, ``read``, ``printf -v``,
+``test -v`` … where bash evaluates ``a[$(…)]``), or may run the value as a
+program (``env``, ``exec``, ``command``, ``xargs`` …). Everything else, and a
+template that does not parse, is refused. The rule holds for ``dash`` and
+``bash --posix`` alike; ``tests/test_shell_safety.py`` fuzzes both.
+
+The parser is imported lazily, only for a command that has placeholders, so
+``import brain`` stays light.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from brain import placeholders
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from tree_sitter import Node, Parser
+
+_ADVICE = ("write it as a separate argument of a command (e.g. printf '%s\\n' {x}), or pass the "
+           "value through env= (and use \"$VAR\") or stdin=")
+_QUOTE_ADVICE = "write it bare (without quotes): its value is shell-quoted for you"
+
+# Commands whose arguments become shell code.
+_RUNS_CODE = {
+    "eval", ".", "source", "trap", "alias", "unalias", "bind", "complete", "compgen", "compopt",
+    "enable", "fc", "history", "jobs", "ssh", "su", "runuser", "watch", "script", "parallel",
+}
+# Builtins that take variable names, options or arithmetic; bash evaluates array
+# subscripts there, so 'a[$(cmd)]' runs cmd.
+_TAKES_NAMES = {
+    "let", "declare", "typeset", "local", "export", "readonly", "unset", "read", "readarray",
+    "mapfile", "getopts", "wait", "set", "shopt", "hash", "select", "ulimit", "caller", "shift",
+    "return", "exit", "break", "continue",
+}
+# Programs that run a command given in their arguments.
+_WRAPPERS = {
+    "command", "builtin", "exec", "env", "nice", "nohup", "time", "timeout", "setsid", "stdbuf",
+    "xargs", "sudo", "doas", "chrt", "ionice", "taskset", "flock", "chroot", "unbuffer",
+    "busybox", "coproc", "strace", "ltrace", "setpriv", "unshare", "nsenter", "systemd-run",
+    "firejail", "valgrind", "catchsegv", "fakeroot", "proot", "torsocks", "proxychains",
+    "proxychains4", "caffeinate", "chpst", "softlimit", "envdir", "setuidgid", "s6-setuidgid",
+}
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "ash", "yash", "posh",
+           "rbash", "fish", "csh", "tcsh", "rc", "es", "oksh", "loksh", "hush", "osh", "oil"}
+_SHELL_OPTS_WITH_ARG = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
+_TEST_UNARY = {"!", "-b", "-c", "-d", "-e", "-f", "-g", "-h", "-k", "-L", "-n", "-N", "-O",
+               "-G", "-p", "-r", "-s", "-S", "-t", "-u", "-w", "-x", "-z", "-a", "-o"}
+_TEST_BINARY = {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot",
+                "-ef", "-a", "-o"}
+# `${v:-x}` and friends: the word after the operator is plain data once quoted.
+_EXPANSION_OPS = {"-", ":-", "+", ":+", "?", ":?", "#", "##", "%", "%%"}
+# Node types a command (a statement) may sit in.
+_STATEMENT_PARENTS = {
+    "program", "list", "pipeline", "redirected_statement", "subshell", "if_statement",
+    "elif_clause", "else_clause", "while_statement", "do_group", "for_statement",
+    "c_style_for_statement", "case_item", "case_statement", "function_definition",
+    "negated_command",
+}
+_LITERAL_TYPES = {"word", "raw_string", "number", "string_content"}
+_UNDERSCORE = re.compile(r"(?<![\w$])_(?!\w)")
+_DOLLAR_UNDERSCORE = re.compile(r"\$_(?!\w)|\$\{[#!]?_(?!\w)")
+
+
+class _Refused(Exception):
+    """Internal: one marker stands where its value would not be plain data."""
+
+    def __init__(self, context: str, advice: str = _ADVICE) -> None:
+        super().__init__(context)
+        self.context = context
+        self.advice = advice
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Parser:
+    import tree_sitter
+    import tree_sitter_bash
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+def shell_problem(command: str) -> str | None:
+    """Why the placeholders in shell ``command`` may not stand where they are, or ``None``.
+
+    >>> shell_problem("grep -- {pattern} notes.txt") is None
+    True
+    >>> shell_problem('echo "{x}"')  # doctest: +ELLIPSIS
+    'placeholder {x} is inside double quotes "…"; write it bare ...'
+    """
+    return _check(command)
+
+
+@lru_cache(maxsize=1024)
+def _check(command: str) -> str | None:
+    parts = placeholders.parse(command)
+    if not any(isinstance(p, placeholders.Ref) for p in parts):
+        return None
+    prefix = "_brainph"
+    while prefix in command:
+        prefix += "x"
+    pieces: list[str] = []
+    spans: list[tuple[placeholders.Ref, int, int]] = []
+    size = 0
+    for part in parts:
+        if isinstance(part, placeholders.Ref):
+            marker = f"{prefix}{len(spans)}_"
+            spans.append((part, size, size + len(marker)))
+            text = marker
+        else:
+            text = part
+        pieces.append(text)
+        size += len(text.encode())
+    marked = "".join(pieces)
+    source = marked.encode()
+    tree = _parser().parse(source)
+    root = tree.root_node
+    first = spans[0][0].text
+    if root.has_error:
+        bad = _first_error(root)
+        line = bad.start_point[0] + 1 if bad is not None else 1
+        return (f"the command has placeholders (first {first}) but does not parse as a shell "
+                f"script (line {line}), so it cannot be checked; fix the syntax, or pass the "
+                f"values through env= or stdin=")
+    problem = _global_problem(root, marked)
+    if problem:
+        return f"placeholder {first} cannot be checked: {problem}; {_ADVICE}"
+    for ref, start, end in spans:
+        try:
+            _Marker(source, prefix, start, end).check(root)
+        except _Refused as exc:
+            return f"placeholder {ref.text} is {exc.context}; {exc.advice}"
+    return None
+
+
+def _first_error(node: Node) -> Node | None:
+    if node.type == "ERROR" or node.is_missing:
+        return node
+    for child in node.children:
+        found = _first_error(child)
+        if found is not None:
+            return found
+    return None
+
+
+def _walk(node: Node) -> list[Node]:
+    out = [node]
+    for child in node.children:
+        out.extend(_walk(child))
+    return out
+
+
+def _global_problem(root: Node, marked: str) -> str | None:
+    """Template-wide reasons no placeholder can be trusted."""
+    for node in _walk(root):
+        name = node.child_by_field_name("name") if node.type == "command" else None
+        if name is not None and _literal(name) in ("alias", "unalias"):
+            return "the command defines an alias, which could turn any word into code"
+        if node.type in ("arithmetic_expansion", "subscript", "test_command", "variable_assignment",
+                         "c_style_for_statement") or (
+                node.type == "compound_statement" and _text(node).startswith("((")):
+            if _UNDERSCORE.search(_text(node)):
+                return ("it uses the shell variable _ (the last argument, so a placeholder's "
+                        "value) in arithmetic")
+    if _DOLLAR_UNDERSCORE.search(marked):
+        return "it uses $_ (the last argument of the previous command, so a placeholder's value)"
+    return None
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
+
+
+def _field(node: Node) -> str | None:
+    parent = node.parent
+    if parent is None:
+        return None
+    for i, child in enumerate(parent.children):
+        if child.id == node.id:
+            return parent.field_name_for_child(i)
+    return None
+
+
+_EXPRESSIONS = {"binary_expression", "unary_expression", "ternary_expression",
+                "postfix_expression", "parenthesized_expression", "negated_expression"}
+_HEREDOC = {"heredoc_body", "heredoc_content", "heredoc_redirect", "heredoc_start", "heredoc_end"}
+_HEREDOC_REFUSAL = ("inside a here-document, where quotes are not removed and $(…) still runs",
+                    "write it bare in the command or pass the text with stdin=")
+_NAME_REFUSAL = ("the command name itself, so the value would choose the program to run",
+                 "write the program literally and pass the value as an argument, or use argv=")
+_BACKTICK_REFUSAL = ("inside backticks `…`, where backslashes and quotes are processed again",
+                     "use $(…) instead of backticks, with the placeholder as an argument there")
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _what(kind: str) -> str:
+    return f"in a place the check does not allow ({kind.replace('_', ' ')})"
+
+
+class _Marker:
+    """One marker: walks up the syntax tree from it and refuses what is not plain data."""
+
+    def __init__(self, source: bytes, prefix: str, start: int, end: int) -> None:
+        self.source = source
+        self.prefix = prefix
+        self.start = start
+        self.end = end
+
+    def check(self, root: Node) -> None:
+        """Raise :class:`_Refused` unless the marker stands as plain data."""
+        if self.start > 0 and self.source[self.start - 1] == ord("\\"):
+            raise _Refused("right after a backslash (\\), which would make the value's opening "
+                           "quote a literal character")
+        if self.end < len(self.source) and self.source[self.end] in b"<>":
+            raise _Refused("directly before a redirection (< or >), where a digit value would "
+                           "become a file descriptor; add a space")
+        node = root.descendant_for_byte_range(self.start, self.end)
+        if node is None:  # pragma: no cover - the marker is always inside the tree
+            raise _Refused("somewhere the shell parser cannot place")
+        self.climb_value(node, None, output=False)
+
+    # --- where the value (or a $(…) output holding it) lands -------------------------------
+
+    def climb_value(self, node: Node | None, child: Node | None, *, output: bool) -> None:
+        """Walk up from the word holding the marker; ``output`` once past a ``$(…)``."""
+        while node is not None:
+            kind = node.type
+            if kind in ("word", "concatenation", "number", "regex", "extglob_pattern",
+                        "string_content", "variable_name"):
+                pass
+            elif kind == "string":
+                if not output:
+                    raise _Refused('inside double quotes "…"', _QUOTE_ADVICE)
+            elif kind == "raw_string":
+                raise _Refused("inside single quotes '…'", _QUOTE_ADVICE)
+            elif kind == "ansi_c_string":
+                raise _Refused("inside $'…' quotes", _QUOTE_ADVICE)
+            elif kind == "translated_string":
+                raise _Refused('inside $"…" quotes', _QUOTE_ADVICE)
+            elif kind == "comment":
+                raise _Refused("in a comment, where a newline in the value would end the "
+                               "comment")
+            elif kind in _HEREDOC:
+                raise _Refused(*_HEREDOC_REFUSAL)
+            elif kind in ("simple_expansion", "special_variable_name"):
+                raise _Refused("glued to a variable name ($NAME{x} reads one longer name); "
+                               "write ${NAME}{x}")
+            elif kind == "expansion":
+                self.check_expansion(node, child)
+            elif kind in ("command_substitution", "process_substitution"):
+                if _text(node).startswith("`"):
+                    raise _Refused(*_BACKTICK_REFUSAL)
+                raise _Refused(_what(kind))
+            elif kind == "command_name":
+                raise _Refused(*_NAME_REFUSAL)
+            elif kind == "command":
+                if child is None or child.type == "command_name":
+                    raise _Refused(*_NAME_REFUSAL)
+                if child.type == "variable_assignment":
+                    raise _Refused("in an assignment (NAME={x} cmd), whose variable may be "
+                                   "evaluated as arithmetic or as a name")
+                self.check_command(node)
+                self.climb_statement(node)
+                return
+            elif kind == "herestring_redirect":
+                self.climb_statement(node)
+                return
+            elif kind == "file_redirect":
+                dests = [c for i, c in enumerate(node.children)
+                         if node.field_name_for_child(i) == "destination"]
+                if child is None or not dests:
+                    raise _Refused(_what(kind))
+                if dests[0].id == child.id:
+                    self.climb_statement(node)
+                    return
+                # tree-sitter files the words after a redirection under it: they are
+                # arguments of the command.
+                cmd = _owner_command(node)
+                if cmd is None:
+                    raise _Refused(_what("redirection of a compound command"))
+                self.check_command(cmd)
+                self.climb_statement(cmd)
+                return
+            elif kind == "test_command" or kind in _EXPRESSIONS:
+                test = node
+                while test.type in _EXPRESSIONS and test.parent is not None:
+                    test = test.parent
+                if test.type == "test_command" and _text(test).startswith("[["):
+                    raise _Refused("inside [[ … ]], where bash evaluates operands as arithmetic",
+                                   "use [ … ] with the placeholder as a separate operand, or "
+                                   "pass the value through env=")
+                if test.type != "test_command":
+                    raise _Refused("inside arithmetic, which evaluates the value as an "
+                                   "expression (a[$(…)] runs)")
+                self.check_test("[", _flatten_test(test))
+                self.climb_statement(test)
+                return
+            elif kind in ("arithmetic_expansion", "c_style_for_statement") or (
+                    kind == "compound_statement" and _text(node).startswith("((")):
+                raise _Refused("inside arithmetic ($((…)), ((…))), which evaluates the value "
+                               "as an expression (a[$(…)] runs)")
+            elif kind == "subscript":
+                raise _Refused("in an array subscript, which bash evaluates as arithmetic")
+            elif kind in ("variable_assignment", "variable_assignments"):
+                raise _Refused("in an assignment (NAME={x}), whose variable may later be "
+                               "evaluated as arithmetic or as a name")
+            elif kind in ("declaration_command", "unset_command"):
+                word = _text(node).split(None, 1)[0]
+                raise _Refused(f"an argument of {word}, which takes variable names and "
+                               f"evaluates array subscripts in them (a[$(…)] runs)")
+            elif kind == "case_item":
+                raise _Refused("in a case pattern")
+            elif kind == "case_statement":
+                raise _Refused("the word of a case statement")
+            elif kind == "for_statement":
+                raise _Refused("in the word list of a for loop (it is assigned to the loop "
+                               "variable)")
+            elif kind == "function_definition":
+                raise _Refused("the name of a function")
+            else:
+                raise _Refused(_what(kind))
+            child, node = node, node.parent
+        raise _Refused("outside any command")  # pragma: no cover - the root is a program
+
+    def check_expansion(self, node: Node, child: Node | None) -> None:
+        """Inside ``${…}`` only the word after ``:-``, ``:+``, ``#``, ``%`` … is data."""
+        ops = [c for i, c in enumerate(node.children)
+               if node.field_name_for_child(i) == "operator"]
+        if (len(ops) != 1 or _text(ops[0]) not in _EXPANSION_OPS or child is None
+                or child.start_byte < ops[0].end_byte or child.type in (
+                    "variable_name", "subscript", "special_variable_name")):
+            raise _Refused("inside ${…} other than the word of ${VAR:-word}, ${VAR:+word}, "
+                           "${VAR#word} or ${VAR%word}")
+
+    # --- where a command holding the value sits ---------------------------------------------
+
+    def climb_statement(self, node: Node) -> None:
+        """The value is data in statement ``node``; check the places around it."""
+        child, current = node, node.parent
+        while current is not None:
+            kind = current.type
+            if kind in ("command", "redirected_statement") and child.type in (
+                    "herestring_redirect", "file_redirect"):
+                pass
+            elif kind in _STATEMENT_PARENTS:
+                if _field(child) in ("value", "name", "variable"):
+                    raise _Refused(_what(kind))
+            elif kind == "heredoc_redirect" and child.type not in _HEREDOC:
+                pass  # tree-sitter nests the rest of the `<<EOF` line here
+            elif kind == "compound_statement":
+                if _text(current).startswith("(("):
+                    raise _Refused("inside arithmetic ((…))")
+            elif kind in ("command_substitution", "process_substitution"):
+                if _text(current).startswith("`"):
+                    raise _Refused(*_BACKTICK_REFUSAL)
+                # The output of $(…) now stands where the $(…) is written.
+                self.climb_value(current.parent, current, output=True)
+                return
+            elif kind in _HEREDOC:
+                raise _Refused(*_HEREDOC_REFUSAL)
+            else:
+                raise _Refused(_what(kind))
+            child, current = current, current.parent
+
+    # --- what the command does with its arguments ------------------------------------------
+
+    def hostile(self, node: Node) -> bool:
+        return self.prefix.encode() in (node.text or b"")
+
+    def check_command(self, cmd: Node) -> None:
+        name_node = cmd.child_by_field_name("name")
+        name = _literal(name_node) if name_node is not None else None
+        if name is None or self.prefix in name:
+            raise _Refused("an argument of a command whose name is not written literally, so "
+                           "the check cannot tell what would run",
+                           "write the program name literally, or use argv=")
+        self.check_args(name, _command_words(cmd))
+
+    def check_args(self, name: str, words: list[Node]) -> None:
+        base = name.rsplit("/", 1)[-1]
+        if base in _RUNS_CODE:
+            raise _Refused(f"an argument of {base}, which runs its arguments as shell code",
+                           "pass the value through env= (and use \"$VAR\") or stdin=")
+        if base in _TAKES_NAMES:
+            raise _Refused(f"an argument of {base}, which takes variable names, options or "
+                           f"arithmetic (bash evaluates a[$(…)] there)")
+        if base == "printf":
+            self.check_printf(words)
+        elif base in ("test", "["):
+            if base == "[" and words and _literal(words[-1]) == "]":
+                words = words[:-1]
+            self.check_test(base, words)
+        elif base in _SHELLS:
+            self.check_shell(base, words)
+        elif base in _WRAPPERS:
+            self.check_wrapper(base, words)
+
+    def check_printf(self, words: list[Node]) -> None:
+        """``printf [-v NAME] [--] FORMAT ARGS``: options and format must be written out."""
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if self.hostile(word) or not _single(word):
+                raise _Refused("printf's format or options (a value -v would make bash "
+                               "evaluate the next word as a variable name)",
+                               "write the format literally first: printf '%s\\n' {x}")
+            lit = _literal(word)
+            if lit == "-v":
+                if i + 1 < len(words) and (self.hostile(words[i + 1])
+                                           or not _single(words[i + 1])):
+                    raise _Refused("the variable name of printf -v, which bash evaluates "
+                                   "(a[$(…)] runs)")
+                i += 2
+            elif lit == "--":
+                i += 1
+            else:
+                return
+        raise _Refused("printf's format or options")  # pragma: no cover - marker is a word
+
+    def check_test(self, name: str, words: list[Node]) -> None:
+        """``test``/``[`` with at most three words whose roles cannot change."""
+        hostile = {i for i, w in enumerate(words) if self.hostile(w)}
+        single = all(_single(w) for w in words)
+        n = len(words)
+        lits = [_literal(w) for w in words]
+        if single and (
+                n == 1
+                or (n == 2 and hostile == {1} and lits[0] in _TEST_UNARY)
+                or (n == 3 and 1 not in hostile and lits[1] in _TEST_BINARY)):
+            return
+        raise _Refused(f"an operand of {name} where a value like -v could become an "
+                       f"operator (bash's -v evaluates a[$(…)])",
+                       "use the forms [ -n {x} ] or [ {x} = word ], or pass the value "
+                       "through env=")
+
+    def check_shell(self, name: str, words: list[Node]) -> None:
+        """``sh [options] SCRIPT-OR-FILE ARGS``: data only after a literal script."""
+        i = 0
+        while i < len(words):
+            word = words[i]
+            lit = _literal(word)
+            if self.hostile(word) or lit is None:
+                raise _Refused(f"an option or the script of {name} (sh -c runs its script "
+                               f"as code)", f"write the script literally and pass the value "
+                               f"after it: {name} -c 'printf %s \"$1\"' sh {{x}}")
+            if lit in ("-", "--"):
+                i += 1
+                break
+            if lit in _SHELL_OPTS_WITH_ARG:
+                i += 2
+            elif lit.startswith(("-", "+")):
+                i += 1
+            else:
+                return
+        if i < len(words) and _literal(words[i]) is not None and not self.hostile(words[i]):
+            return
+        raise _Refused(f"the script of {name}, which it runs as code")
+
+    def check_wrapper(self, name: str, words: list[Node]) -> None:
+        """``env``/``exec``/``xargs``…: the program they run must be written out first."""
+        found = False
+        for i, word in enumerate(words):
+            if self.hostile(word):
+                if found:
+                    return
+                raise _Refused(f"an argument of {name}, which may take it as the program to run "
+                               f"(or as one of its options)", "write the program after "
+                               f"{name} literally and the placeholder after it")
+            lit = _literal(word)
+            if lit is None:
+                raise _Refused(f"an argument of {name} after a word that is not literal, so the "
+                               f"check cannot tell what {name} runs")
+            if lit.startswith("-") or "=" in lit or re.fullmatch(r"[0-9.]+[smhd]?", lit):
+                continue
+            found = True
+            # Any literal word may be the program (an option's argument looks the same).
+            self.check_args(lit, words[i + 1:])
+        raise _Refused(f"an argument of {name}")  # pragma: no cover - marker is a word
+
+
+def _flatten_test(test: Node) -> list[Node]:
+    out: list[Node] = []
+
+    def visit(node: Node) -> None:
+        for child in node.children:
+            if child.type in _EXPRESSIONS:
+                visit(child)
+            elif node is test and child.type in ("[", "]"):
+                continue
+            else:
+                out.append(child)
+
+    visit(test)
+    return out
+
+
+def _owner_command(redirect: Node) -> Node | None:
+    parent = redirect.parent
+    if parent is not None and parent.type == "heredoc_redirect":
+        parent = parent.parent
+    if parent is None:
+        return None
+    if parent.type == "command":
+        return parent
+    if parent.type == "redirected_statement":
+        body = parent.child_by_field_name("body")
+        if body is not None and body.type == "command":
+            return body
+    return None
+
+
+def _command_words(cmd: Node) -> list[Node]:
+    """The argument words of ``cmd`` in order, with those tree-sitter files under redirections."""
+    words = [c for i, c in enumerate(cmd.children) if cmd.field_name_for_child(i) == "argument"]
+    holders = [cmd]
+    if cmd.parent is not None and cmd.parent.type == "redirected_statement":
+        holders.append(cmd.parent)
+    for holder in list(holders):
+        holders.extend(c for c in holder.children if c.type == "heredoc_redirect")
+    for holder in holders:
+        for redirect in holder.children:
+            if redirect.type != "file_redirect":
+                continue
+            dests = [c for i, c in enumerate(redirect.children)
+                     if redirect.field_name_for_child(i) == "destination"]
+            words.extend(dests[1:])
+    return sorted(words, key=lambda n: n.start_byte)
+
+
+def _single(node: Node) -> bool:
+    """Whether ``node`` is always exactly one word (no unquoted expansion or glob)."""
+    if node.type in ("raw_string", "string", "ansi_c_string", "number"):
+        return True
+    if node.type == "word":
+        return not _GLOB.search(_text(node))
+    if node.type == "concatenation":
+        return all(_single(c) for c in node.children)
+    return node.type in ("test_operator", "=", "==", "!=", "<", ">", "!")
+
+
+def _literal(node: Node) -> str | None:
+    """The word ``node`` stands for when it has no expansion at all, else ``None``."""
+    if node.type in ("command_name", "concatenation"):
+        if not all(_literal(c) is not None for c in node.children):
+            return None
+    elif node.type == "string":
+        if any(c.type not in ('"', "string_content") for c in node.children):
+            return None
+    elif node.type not in ("word", "raw_string", "number", "test_operator", "=", "==", "!=",
+                           "<", ">", "!"):
+        return None
+    text = _text(node)
+    if text in ("[", "]"):
+        return text
+    if _GLOB.search(text.replace("\\[", "").replace("\\*", "").replace("\\?", "")) and \
+            node.type == "word":
+        return None
+    try:
+        split = shlex.split(text)
+    except ValueError:
+        return None
+    return split[0] if len(split) == 1 else None
