@@ -279,6 +279,11 @@ class _Marker:
                 self.climb_statement(node)
                 return
             elif kind == "herestring_redirect":
+                owner = node.parent
+                name = owner.child_by_field_name("name") if owner is not None else None
+                if name is not None and _literal(name) in _TAKES_NAMES:
+                    raise _Refused(f"a here-string read by {_literal(name)}, which assigns it "
+                                   f"to a variable (like NAME={{x}})")
                 self.climb_statement(node)
                 return
             elif kind == "file_redirect":

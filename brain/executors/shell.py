@@ -102,6 +102,8 @@ class ShellExecutor:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(_reap(proc, readers))
             raise
+        finally:
+            _close_pipes(proc)
         err_tail = tail_text(bytes(stderr.data))
         if stdout.size > limit:
             raise StepFailed(f"output is larger than max_output_bytes ({limit} bytes)",
@@ -164,6 +166,15 @@ async def _end_group(pgid: int, readers: Sequence[asyncio.Future[None]]) -> None
     _, pending = await asyncio.wait(readers, timeout=KILL_GRACE_SECONDS)
     for task in pending:
         task.cancel()
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Close our ends of the pipes now: a process that escaped the group (``setsid``)
+    may hold the other ends for hours, and ours would stay open as long."""
+    transport = getattr(proc, "_transport", None)  # asyncio keeps the pipes there
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
 
 
 async def _exited(proc: asyncio.subprocess.Process) -> None:

@@ -497,7 +497,7 @@ class Store(QueueMixin):
                                                            runs.c.ended_at < finished_before))
             newer = fires.alias("newer")
             await conn.execute(delete(fires).where(
-                fires.c.claimed_at < finished_before,
+                fires.c.fire_time < finished_before,
                 exists().where(newer.c.workflow == fires.c.workflow,
                                newer.c.trigger_key == fires.c.trigger_key,
                                newer.c.fire_time > fires.c.fire_time)))

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,8 @@ def clean_env(db_file: Path, extra: Mapping[str, str] | None = None) -> dict[str
 class BrainServer:
     """A ``brain serve FOLDER --port N`` subprocess on 127.0.0.1, its output in files."""
 
-    def __init__(self, argv: list[str], folder: Path, logs: Path, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], folder: Path, logs: Path, env: dict[str, str],
+                 preexec_fn: Callable[[], None] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stdout_file = logs / "serve.stdout"
@@ -48,7 +49,8 @@ class BrainServer:
         self._out = self.stdout_file.open("wb")
         self._err = self.stderr_file.open("wb")
         self.proc = subprocess.Popen([*argv, "serve", str(folder), "--port", str(self.port)],
-                                     stdout=self._out, stderr=self._err, env=env)
+                                     stdout=self._out, stderr=self._err, env=env,
+                                     preexec_fn=preexec_fn)
         self.client = httpx.Client(base_url=self.url, timeout=30)
 
     def wait_healthy(self, seconds: float = 30.0) -> None:

@@ -77,7 +77,8 @@ def runs_of(server: BrainServer, wf: str) -> set[str]:
     ("text/plain", b'{"body": "x"}'),
     ("text/plain;charset=UTF-8", b'{"body": "x"}'),
     ("application/x-www-form-urlencoded", b"body=x"),
-    ("multipart/form-data; boundary=b", b'--b\r\nContent-Disposition: form-data; name="body"\r\n\r\nx\r\n--b--\r\n'),
+    ("multipart/form-data; boundary=b",
+     b'--b\r\nContent-Disposition: form-data; name="body"\r\n\r\nx\r\n--b--\r\n'),
     ("application/jsonx", b'{"body": "x"}'),
     (None, b'{"body": "x"}'),
 ])

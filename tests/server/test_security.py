@@ -8,10 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
-from litestar.testing import AsyncTestClient
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from litestar.testing import AsyncTestClient
 
 from brain import shell, trigger, workflow
 from brain.server import create_app

@@ -577,3 +577,105 @@ def test_postgres_refuses_an_old_schema_until_db_upgrade(fresh_pg_url: str,
     asyncio.run(downgrade_marker())
     with pytest.raises(StoreError, match=r"0000.*brain db upgrade"):
         _open(fresh_pg_url)
+
+
+# --- lease-conditional writes, retries, fire retention (SPEC §4) ---------------------------
+
+
+def test_writes_under_a_lost_lease_change_nothing(backend: Backend) -> None:
+    from brain._errors import LeaseLost
+    from brain.store.memory import MemoryStore
+
+    async def check(store: Any) -> None:
+        run_id = await make_run(store, backend.name(), owner="me:1:a")
+        now = datetime.now(UTC)
+        await store.step_finished(run_id, "one", status=StepStatus.SUCCEEDED, tries=1,
+                                  ended_at=now, output="mine", inputs={}, started_at=now,
+                                  owner="me:1:a")
+        assert await store.claim_run(run_id, "thief:1:b", 30) is False  # the lease is live
+        if isinstance(store, MemoryStore):
+            store._set(store._run(run_id), lease_owner="thief:1:b")
+        else:
+            async with store.engine.begin() as conn:
+                await conn.execute(update(runs).where(runs.c.id == run_id)
+                                   .values(lease_owner="thief:1:b"))
+        writes = [
+            store.step_running(run_id, "two", inputs={}, tries=1, started_at=now, owner="me:1:a"),
+            store.step_finished(run_id, "two", status=StepStatus.SUCCEEDED, tries=1, ended_at=now,
+                                output="late", inputs={}, started_at=now, owner="me:1:a"),
+            store.step_finished(run_id, "two", status=StepStatus.FAILED, tries=1, ended_at=now,
+                                error="late", owner="me:1:a"),
+            store.steps_ended(run_id, ["two", "three"], StepStatus.CANCELLED, owner="me:1:a"),
+            store.reset_steps(run_id, ["one"], owner="me:1:a"),
+            store.set_previous_run(run_id, "x" * 32, owner="me:1:a"),
+            store.finish_run(run_id, RunStatus.SUCCEEDED, owner="me:1:a"),
+        ]
+        for write in writes:
+            with pytest.raises(LeaseLost):
+                await write
+        run = await store.get_run(run_id)
+        assert run.status == "running" and run.previous_run_id is None
+        assert [s.status for s in run.steps.values()] == ["succeeded", "pending", "pending"]
+        assert run.steps["one"].output == "mine"
+        # The thief's own writes go through.
+        await store.finish_run(run_id, RunStatus.SUCCEEDED, owner="thief:1:b")
+
+    backend.run(check)
+
+    async def on_memory() -> None:
+        await check(MemoryStore(opened=True))
+
+    asyncio.run(on_memory())
+
+
+def test_prune_deletes_old_fire_records_but_each_triggers_latest(backend: Backend) -> None:
+    from brain.store.tables import fires
+
+    async def check(store: Store) -> None:
+        wf = backend.name()
+        old = FAR_PAST
+        for key in ("every:1", "cron:* * * * *@UTC"):
+            for minutes in range(5):
+                assert await store.claim_fire(wf, key, old + timedelta(minutes=minutes))
+        await store.prune(old + timedelta(days=1))
+        async with store.engine.begin() as conn:
+            left = (await conn.execute(select(fires.c.trigger_key, fires.c.fire_time)
+                                       .where(fires.c.workflow == wf))).all()
+            await conn.execute(delete(fires).where(fires.c.workflow == wf))
+        assert sorted(k for k, _ in left) == ["cron:* * * * *@UTC", "every:1"]
+        for _, fire_time in left:
+            assert fire_time.replace(tzinfo=None) == (old + timedelta(minutes=4)).replace(tzinfo=None)
+
+    backend.run(check)
+
+
+def test_a_write_waits_out_another_process_holding_the_lock(tmp_path: Path) -> None:
+    """Longer than SQLite's busy timeout: the write is retried, not lost."""
+    import brain.store.store as store_module
+
+    db = tmp_path / "locked.db"
+    url = f"sqlite+aiosqlite:///{db}"
+
+    async def go() -> None:
+        async with Store(url) as store:
+            run_id = await make_run(store, "locked", owner="me:1:a")
+            # A short busy timeout stands in for a lock held longer than the real one.
+            async with store._connection() as conn:
+                await conn.exec_driver_sql("PRAGMA busy_timeout=200")
+            holder = subprocess.Popen(
+                ["python3", "-c", "import sqlite3, sys, time\n"
+                 "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                 "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); time.sleep(1.5)\n"
+                 "c.execute('ROLLBACK')", str(db)], stdout=subprocess.PIPE, text=True)
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            now = datetime.now(UTC)
+            await store.step_finished(run_id, "one", status=StepStatus.SUCCEEDED, tries=1,
+                                      ended_at=now, output="kept", inputs={}, started_at=now,
+                                      owner="me:1:a")
+            await store.finish_run(run_id, RunStatus.SUCCEEDED, owner="me:1:a")
+            holder.wait(10)
+            run = await store.get_run(run_id)
+            assert run.status == "succeeded" and run.steps["one"].output == "kept"
+
+    assert store_module.RETRY_SECONDS > 2
+    asyncio.run(go())

@@ -1,0 +1,67 @@
+"""Shell steps leave nothing of theirs open, and see no secret of another step."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from brain import secret, shell, workflow
+from brain.store.memory import MemoryStore
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_process_that_escaped_the_group_holds_no_pipe_of_ours(brain_db: MemoryStore):
+    tag = uuid.uuid4().hex
+
+    @workflow(name=f"escape_{tag}")
+    def escape():
+        shell("bg", command=f"setsid sleep 30 {tag} >/dev/null 2>&1 </dev/null & "
+                            f"setsid sh -c 'sleep 30; : {tag}' & echo started")
+
+    escape.run(store=brain_db)  # warm up: the first run opens what every run shares
+    before = _open_fds()
+    for _ in range(3):
+        r = escape.run(store=brain_db)
+        assert r.succeeded, r.error
+        assert r.steps["bg"].output == "started"
+    try:
+        assert _open_fds() <= before, "pipes to escaped processes stayed open"
+    finally:
+        os.system(f"pkill -f {tag}")  # noqa: S605 - the test's own stray sleepers
+
+
+def test_another_steps_secret_is_not_in_a_shell_environment(brain_db: MemoryStore,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HYGIENE_DEPLOY_TOKEN", "deploy-token-value-1234")
+
+    @workflow(name="secret_env")
+    def secret_env():
+        shell("deploy", argv=["true"], env={"TOKEN": secret("HYGIENE_DEPLOY_TOKEN")})
+        shell("debug", command="env")
+
+    r = secret_env.run(store=brain_db)
+    assert r.succeeded, r.error
+    assert "HYGIENE_DEPLOY_TOKEN" not in (r.steps["debug"].output or "")
+    assert "deploy-token-value-1234" not in (r.steps["debug"].output or "")
+
+
+def test_a_step_that_passes_the_secret_itself_gets_it(brain_db: MemoryStore,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path):
+    monkeypatch.setenv("HYGIENE_OWN_TOKEN", "own-token-value-5678")
+    out = tmp_path / "seen"
+
+    @workflow(name="secret_own")
+    def secret_own():
+        shell("use", argv=["sh", "-c", f'printf %s "$HYGIENE_OWN_TOKEN" > {out}'],
+              env={"HYGIENE_OWN_TOKEN": secret("HYGIENE_OWN_TOKEN")})
+
+    r = secret_own.run(store=brain_db)
+    assert r.succeeded, r.error
+    assert out.read_text() == "own-token-value-5678"

@@ -1,0 +1,206 @@
+"""Run integrity (SPEC §4): no run ends ``succeeded`` with a step not run, no step stays
+``running`` under an ended run, and an executor that lost its lease writes nothing more.
+
+Each test here reproduces a way the promise once broke.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from brain import llm, shell, step, workflow
+from brain.results import RunStatus
+from brain.runner import execute_run
+from brain.store import Store
+
+pytestmark = pytest.mark.usefixtures("collect_garbage_first")
+
+
+class Unbuildable:
+    """A parameter type pydantic cannot build a schema for."""
+
+    def __init__(self, raw: str) -> None:
+        self.raw = raw
+
+
+def _final(result: Any) -> None:
+    """The promise itself: an ended run has every step in a final status, and a
+    succeeded run has only succeeded or skipped steps."""
+    assert result.status in ("succeeded", "failed", "cancelled")
+    for s in result.steps.values():
+        assert s.status not in ("pending", "running"), (s.name, s.status)
+    if result.status == "succeeded":
+        assert all(s.status in ("succeeded", "skipped") for s in result.steps.values())
+
+
+def test_a_preparation_that_raises_anything_fails_the_step_and_the_run(db_url: str):
+    @step
+    def takes(x: Unbuildable) -> str:  # type: ignore[type-arg]
+        return "never"
+
+    @workflow(name="unbuildable")
+    def unbuildable():
+        first = shell("first", command="echo hi")
+        takes(first)
+        shell("after", command="echo after")
+
+    r = unbuildable.run(store=db_url)
+    _final(r)
+    assert r.status == "failed"
+    assert r.steps["takes"].status == "failed"
+    assert "internal error" in (r.steps["takes"].error or "")
+    assert r.steps["after"].status == "skipped"
+    assert "takes" in (r.error or "")
+
+
+def test_an_llm_url_that_breaks_preparation_fails_the_step(db_url: str):
+    @workflow(name="bad_llm_url")
+    def bad_llm_url():
+        llm("ask", prompt="hi", model="m", provider_url="http://user:pw@localhost:99999999/v1",
+            api_key="a-literal-key-123")
+
+    r = bad_llm_url.run(store=db_url)
+    _final(r)
+    assert r.status == "failed"
+    assert r.steps["ask"].status == "failed"
+    assert "pw" not in (r.steps["ask"].error or "")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+                    | st.characters(codec="utf-8"), min_size=1, max_size=20))
+def test_text_with_lone_surrogates_is_stored_with_replacement_characters(db_url: str, text: str):
+    @step
+    def odd() -> str:
+        return text
+
+    @workflow(name="surrogates")
+    def surrogates():
+        odd()
+
+    r = surrogates.run(trigger={"body": text}, store=db_url)
+    _final(r)
+    assert r.status == "succeeded", r.error
+    expected = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    assert r.steps["odd"].output == expected
+    assert r.trigger.body == expected
+
+
+def test_a_step_returning_a_lone_surrogate_from_json(db_url: str):
+    @step
+    def decoded() -> str:
+        return str(json.loads('"\\ud83d"'))
+
+    @workflow(name="json_surrogate")
+    def json_surrogate():
+        decoded()
+
+    r = json_surrogate.run(store=db_url)
+    _final(r)
+    assert r.succeeded, r.error
+    assert r.steps["decoded"].output == "\ufffd"
+
+
+def _sql(db_file: Path, statement: str, *args: object) -> None:
+    conn = sqlite3.connect(db_file, timeout=30)
+    try:
+        conn.execute(statement, args)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_an_executor_that_lost_its_lease_stops_and_writes_nothing(tmp_path: Path, db_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    """Another executor took the run: this one stops its work at once and never writes."""
+    monkeypatch.setenv("BRAIN_LEASE_SECONDS", "30")
+    marker = tmp_path / "second-ran"
+
+    @workflow(name="stolen")
+    def stolen():
+        shell("slow", command="sleep 5")
+        shell("second", command=f"touch {marker}")
+
+    async def scenario() -> tuple[Any, float]:
+        async with Store(db_url) as store:
+            run_id = await stolen.enqueue()
+            execution = asyncio.create_task(execute_run(stolen, store, run_id, owner="me:1:a"))
+            await _wait_status(store, run_id, "slow", "running")
+            _sql(tmp_path / "brain.db", "UPDATE brain_runs SET lease_owner='thief:1:b' WHERE id=?",
+                 run_id)
+            t0 = time.monotonic()
+            await execution
+            return await store.get_run(run_id), time.monotonic() - t0
+
+    run, stopped_after = asyncio.run(scenario())
+    assert stopped_after < 3, "the executor kept working without its lease"
+    assert run.status == "running"            # the thief's to finish: nothing written by us
+    assert run.steps["slow"].status == "running"
+    assert run.steps["second"].status == "pending"
+    assert not marker.exists()
+
+
+async def _wait_status(store: Store, run_id: str, name: str, status: str) -> None:
+    for _ in range(200):
+        run = await store.get_run(run_id)
+        if run.steps[name].status == status:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"step {name} never became {status}")
+
+
+def _hold_write_lock(db_file: Path, seconds: float, held: threading.Event) -> threading.Thread:
+    """Another connection holds SQLite's write lock (as another process would)."""
+    def hold() -> None:
+        conn = sqlite3.connect(db_file, timeout=30, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        conn.execute("ROLLBACK")
+        conn.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_stall_longer_than_the_lease_stops_the_work_then_a_resume_finishes(
+        tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch):
+    """The lease could not be renewed in time, so it may be another's: stop, write nothing;
+    the run is resumed afterwards and ends succeeded, its step never run twice at once."""
+    monkeypatch.setenv("BRAIN_LEASE_SECONDS", "2")
+    log = tmp_path / "log"
+
+    @workflow(name="stalled")
+    def stalled():
+        shell("work", command=f"echo start >> {log}; sleep 6; echo end >> {log}")
+
+    async def scenario() -> tuple[RunStatus | None, Any]:
+        async with Store(db_url) as store:
+            run_id = await stalled.enqueue()
+            execution = asyncio.create_task(execute_run(stalled, store, run_id, owner="a:1:a"))
+            await _wait_status(store, run_id, "work", "running")
+            held = threading.Event()
+            locker = _hold_write_lock(tmp_path / "brain.db", 4, held)
+            assert held.wait(5)
+            first = await execution
+            locker.join()
+            resumed = await execute_run(stalled, store, run_id, owner="b:1:b")
+            return (first.status if first else None), resumed
+
+    first_status, resumed = asyncio.run(scenario())
+    assert first_status == "running"  # abandoned, nothing written after the stall
+    assert resumed is not None
+    _final(resumed)
+    assert resumed.succeeded, resumed.error
+    assert log.read_text().split() == ["start", "start", "end"]  # the first was killed

@@ -1,0 +1,157 @@
+"""``brain serve`` as a process (SPEC §6, §7): a taken port, Ctrl-C once and twice, and
+file descriptors running out — each against a real subprocess, bounded in time."""
+
+from __future__ import annotations
+
+import resource
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+from serve_support import BrainServer, brain_argv, clean_env
+from support import running_step, wait_for, write_source
+
+FLOWS = """
+from brain import shell, workflow
+
+
+@workflow
+def parked():
+    shell("nap", command="sleep 60")
+"""
+
+
+def make_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "workflows"
+    folder.mkdir()
+    write_source(folder, "flows.py", FLOWS)
+    return folder
+
+
+def test_port_in_use_is_one_clear_line_and_exit_2(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([*brain_argv(), "serve", str(folder), "--port", str(port)],
+                                capture_output=True, text=True, timeout=60,
+                                env=clean_env(tmp_path / "brain.db"))
+    assert result.returncode == 2, result
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert f"port {port} on 127.0.0.1 is already in use" in lines[0]
+    assert "The Brain:" not in output  # never claims to serve
+
+
+def start(tmp_path: Path, **kwargs: object) -> BrainServer:
+    server = BrainServer(brain_argv(), make_folder(tmp_path), tmp_path,
+                         clean_env(tmp_path / "brain.db"), **kwargs)  # type: ignore[arg-type]
+    server.wait_healthy()
+    return server
+
+
+def wait_output(server: BrainServer, text: str, seconds: float) -> float:
+    """Seconds until ``text`` appears in the server's output (fails after ``seconds``)."""
+    started = time.monotonic()
+    wait_for(lambda: text in server.output(), seconds, f"{text!r} in the output of brain serve")
+    return time.monotonic() - started
+
+
+def test_sigint_says_at_once_and_a_second_stops_a_running_step(tmp_path: Path) -> None:
+    server = start(tmp_path)
+    try:
+        r = server.client.post("/api/workflows/parked/runs")
+        assert r.status_code == 202, r.text
+        run_id = r.json()["run_id"]
+        wait_for(lambda: running_step(tmp_path / "brain.db"), 20, "the step to run")
+        server.proc.send_signal(signal.SIGINT)
+        assert wait_output(server, "stopping", 1.0) <= 1.0
+        assert "Ctrl-C again" in server.output()
+        time.sleep(0.5)
+        assert server.proc.poll() is None  # waiting for the running step (grace period)
+        second = time.monotonic()
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.wait(timeout=3)
+        assert time.monotonic() - second <= 3
+        output = server.output()
+        assert "stopping now" in output
+        assert "Traceback" not in output, output
+        # The run was not given up: it stays running (its lease ended), so the next start resumes it.
+        with sqlite3.connect(tmp_path / "brain.db") as db:
+            status = db.execute("SELECT status FROM brain_runs WHERE id = ?", (run_id,)).fetchone()
+        assert status == ("running",)
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+        server.stop()
+
+
+def test_sigint_without_running_steps_stops_quickly(tmp_path: Path) -> None:
+    server = start(tmp_path)
+    try:
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.wait(timeout=10)
+        assert "stopping" in server.output()
+        assert "Traceback" not in server.output()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+        server.stop()
+
+
+def test_descriptors_running_out_log_little_and_the_server_recovers(tmp_path: Path) -> None:
+    """200 idle half-sent connections against 64 descriptors: accept() fails for a while.
+    The log says so at most about once a second (no traceback per queued connection), and
+    once the connections close, /health answers again."""
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    server = start(tmp_path, preexec_fn=few_descriptors)
+    conns: list[socket.socket] = []
+    try:
+        before = len(server.stderr())
+        for _ in range(200):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
+            conns.append(sock)
+        held = time.monotonic()
+        time.sleep(4)
+        log = server.stderr()[before:]
+        seconds = time.monotonic() - held + 1
+        assert "cannot accept connections" in log, log[-2000:]  # the condition was reached
+        assert "Traceback" not in log, log[-3000:]
+        assert len(log.splitlines()) <= 3 * seconds + 5, log[-3000:]
+        assert len(log) < 4000, len(log)
+        for sock in conns:
+            sock.close()
+        conns.clear()
+
+        def healthy() -> bool:
+            try:
+                return server.client.get("/health", timeout=2).status_code == 200
+            except httpx.HTTPError:  # still recovering
+                return False
+
+        wait_for(healthy, 20, "/health to answer 200 after the connections closed")
+    finally:
+        for sock in conns:
+            sock.close()
+        server.stop()
+
+
+def test_limits_are_set() -> None:
+    """The uvicorn limits ``brain serve`` passes (values, not behaviour: see the tests above)."""
+    from brain.cli.serve import KEEP_ALIVE_SECONDS, MAX_HEADER_BYTES, connection_limit
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert 0 < KEEP_ALIVE_SECONDS <= 10
+    assert 8 * 1024 <= MAX_HEADER_BYTES <= 64 * 1024
+    assert 8 <= connection_limit() <= max(8, soft)
