@@ -41,8 +41,11 @@ def _setup_logging() -> None:
 
         class JsonFormatter(logging.Formatter):
             def format(self, record: logging.LogRecord) -> str:
-                return json.dumps({"time": self.formatTime(record), "level": record.levelname,
-                                   "logger": record.name, "message": record.getMessage()})
+                data = {"time": self.formatTime(record), "level": record.levelname,
+                        "logger": record.name, "message": record.getMessage()}
+                if record.exc_info:  # a 500's traceback, for the server's operator only
+                    data["exception"] = self.formatException(record.exc_info)
+                return json.dumps(data)
 
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter())
@@ -86,7 +89,8 @@ class AcceptErrorLimiter:
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
-        if not (isinstance(exc, OSError) and exc.errno in _ACCEPT_RESOURCE_ERRNOS):
+        if not (isinstance(exc, OSError) and exc.errno in _ACCEPT_RESOURCE_ERRNOS
+                and str(context.get("message", "")).startswith("socket.accept()")):
             loop.default_exception_handler(context)
             return
         now = time.monotonic()

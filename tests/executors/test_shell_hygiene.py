@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_a_process_that_escaped_the_group_holds_no_pipe_of_ours(brain_db: Memory
     try:
         assert _open_fds() <= before, "pipes to escaped processes stayed open"
     finally:
-        os.system(f"pkill -f {tag}")  # noqa: S605 - the test's own stray sleepers
+        subprocess.run(["pkill", "-f", tag], check=False)  # the test's own stray sleepers
 
 
 def test_another_steps_secret_is_not_in_a_shell_environment(brain_db: MemoryStore,

@@ -662,7 +662,7 @@ def test_a_write_waits_out_another_process_holding_the_lock(tmp_path: Path) -> N
             # A short busy timeout stands in for a lock held longer than the real one.
             async with store._connection() as conn:
                 await conn.exec_driver_sql("PRAGMA busy_timeout=200")
-            holder = subprocess.Popen(
+            holder = subprocess.Popen(  # noqa: ASYNC220 - a short-lived helper process
                 ["python3", "-c", "import sqlite3, sys, time\n"
                  "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
                  "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); time.sleep(1.5)\n"
