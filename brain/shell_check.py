@@ -42,6 +42,7 @@ _QUOTE_ADVICE = "write it bare (without quotes): its value is shell-quoted for y
 _RUNS_CODE = {
     "eval", ".", "source", "trap", "alias", "unalias", "bind", "complete", "compgen", "compopt",
     "enable", "fc", "history", "jobs", "ssh", "su", "runuser", "watch", "script", "parallel",
+    "flock",
 }
 # Builtins that take variable names, options or arithmetic; bash evaluates array
 # subscripts there, so 'a[$(cmd)]' runs cmd.
@@ -53,11 +54,13 @@ _TAKES_NAMES = {
 # Programs that run a command given in their arguments.
 _WRAPPERS = {
     "command", "builtin", "exec", "env", "nice", "nohup", "time", "timeout", "setsid", "stdbuf",
-    "xargs", "sudo", "doas", "chrt", "ionice", "taskset", "flock", "chroot", "unbuffer",
+    "xargs", "sudo", "doas", "chrt", "ionice", "taskset", "chroot", "unbuffer",
     "busybox", "coproc", "strace", "ltrace", "setpriv", "unshare", "nsenter", "systemd-run",
     "firejail", "valgrind", "catchsegv", "fakeroot", "proot", "torsocks", "proxychains",
     "proxychains4", "caffeinate", "chpst", "softlimit", "envdir", "setuidgid", "s6-setuidgid",
 }
+# Wrappers with no option that takes an argument: the first plain word is the program.
+_PLAIN_WRAPPERS = {"command", "builtin", "nohup", "setsid", "coproc", "time"}
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "ash", "yash", "posh",
            "rbash", "fish", "csh", "tcsh", "rc", "es", "oksh", "loksh", "hush", "osh", "oil"}
 _SHELL_OPTS_WITH_ARG = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
@@ -178,9 +181,33 @@ def _global_problem(root: Node, marked: str) -> str | None:
             if _UNDERSCORE.search(_text(node)):
                 return ("it uses the shell variable _ (the last argument, so a placeholder's "
                         "value) in arithmetic")
+    for node in _walk(root):
+        if node.type == "heredoc_redirect" and not _heredoc_ends_cleanly(node, marked):
+            return ("a here-document does not end with a line that is exactly its delimiter "
+                    "(the shell would read on to the end of the command)")
     if _DOLLAR_UNDERSCORE.search(marked):
         return "it uses $_ (the last argument of the previous command, so a placeholder's value)"
     return None
+
+
+def _heredoc_ends_cleanly(redirect: Node, marked: str) -> bool:
+    """Whether the shell ends this here-document where tree-sitter says it does."""
+    start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
+    end = next((c for c in redirect.children if c.type == "heredoc_end"), None)
+    if start is None or end is None:
+        return False
+    try:
+        delimiter = "".join(shlex.split(_text(start))) if _text(start) else ""
+    except ValueError:
+        return False
+    source = marked.encode()
+    line_start = source.rfind(b"\n", 0, end.start_byte) + 1
+    line_end = source.find(b"\n", end.start_byte)
+    line = source[line_start: len(source) if line_end == -1 else line_end].decode("utf-8",
+                                                                                  "replace")
+    if _text(redirect).startswith("<<-"):
+        line = line.lstrip("\t")
+    return line == delimiter
 
 
 def _text(node: Node) -> str:
@@ -258,6 +285,9 @@ class _Marker:
                                "comment")
             elif kind in _HEREDOC:
                 raise _Refused(*_HEREDOC_REFUSAL)
+            elif kind == "simple_expansion" and child is not None and \
+                    child.type == "variable_name" and child.start_byte < self.start:
+                pass  # `$v{x}`: the marker lengthens the name, the quoted value does not
             elif kind in ("simple_expansion", "special_variable_name"):
                 raise _Refused("glued to a variable name ($NAME{x} reads one longer name); "
                                "write ${NAME}{x}")
@@ -479,7 +509,7 @@ class _Marker:
 
     def check_wrapper(self, name: str, words: list[Node]) -> None:
         """``env``/``exec``/``xargs``…: the program they run must be written out first."""
-        found = False
+        found = after_option = False
         for i, word in enumerate(words):
             if self.hostile(word):
                 if found:
@@ -492,10 +522,15 @@ class _Marker:
                 raise _Refused(f"an argument of {name} after a word that is not literal, so the "
                                f"check cannot tell what {name} runs")
             if lit.startswith("-") or "=" in lit or re.fullmatch(r"[0-9.]+[smhd]?", lit):
+                after_option = lit.startswith("-")
                 continue
             found = True
-            # Any literal word may be the program (an option's argument looks the same).
+            # Right after an option this may be the option's argument, so the program may
+            # come later: check every such candidate until one is certain.
             self.check_args(lit, words[i + 1:])
+            if name in _PLAIN_WRAPPERS or not after_option:
+                return
+            after_option = False
         raise _Refused(f"an argument of {name}")  # pragma: no cover - marker is a word
 
 
@@ -525,6 +560,10 @@ def _owner_command(redirect: Node) -> Node | None:
         return parent
     if parent.type == "redirected_statement":
         body = parent.child_by_field_name("body")
+        # tree-sitter hangs `a && b 2> f` on the whole list; the shell gives it to `b`.
+        while body is not None and body.type in ("list", "pipeline", "negated_command") \
+                and body.named_children:
+            body = body.named_children[-1]
         if body is not None and body.type == "command":
             return body
     return None
@@ -534,8 +573,13 @@ def _command_words(cmd: Node) -> list[Node]:
     """The argument words of ``cmd`` in order, with those tree-sitter files under redirections."""
     words = [c for i, c in enumerate(cmd.children) if cmd.field_name_for_child(i) == "argument"]
     holders = [cmd]
-    if cmd.parent is not None and cmd.parent.type == "redirected_statement":
-        holders.append(cmd.parent)
+    up = cmd.parent
+    while up is not None and up.type in ("list", "pipeline", "negated_command") \
+            and up.named_children \
+            and up.named_children[-1].id == cmd.id:
+        up = up.parent  # see _owner_command
+    if up is not None and up.type == "redirected_statement":
+        holders.append(up)
     for holder in list(holders):
         holders.extend(c for c in holder.children if c.type == "heredoc_redirect")
     for holder in holders:

@@ -26,9 +26,9 @@ and the step after the block waits for all of them.
 def text_stats():
     """Count lines and words, find the most frequent words and the longest line."""
     # The text: the trigger body (--body), or the sample when the body is empty.
-    # {trigger.body} stands bare: its value is inserted shell-quoted, so any text is safe.
-    text = shell("text", command=f'body={trigger.body}\nprintf "%s\\n" "${{body:-$SAMPLE}}"',
-                 env={"SAMPLE": SAMPLE})
+    # The body goes in through env=: data, never shell code, whatever it holds.
+    text = shell("text", command='printf "%s\\n" "${BODY:-$SAMPLE}"',
+                 env={"BODY": trigger.body, "SAMPLE": SAMPLE})
 
     # A step's output has its trailing newlines removed (as with $(...)): add one back
     # so that `wc -l` counts the last line. stdin= is data: no quoting involved.

@@ -41,8 +41,8 @@ def combine(quick: str, detailed: str) -> str:
 def two_models():
     """A quick summary and a careful analysis of the same notes, side by side."""
     # The notes: the trigger body (--body), or SAMPLE when the body is empty.
-    notes = shell("notes", command=f'body={trigger.body}\nprintf "%s\\n" "${{body:-$SAMPLE}}"',
-                  env={"SAMPLE": SAMPLE})
+    notes = shell("notes", command='printf "%s\\n" "${BODY:-$SAMPLE}"',
+                  env={"BODY": trigger.body, "SAMPLE": SAMPLE})
 
     with parallel():  # both start once `notes` is done; `combine` waits for both
         fast = llm("fast", prompt=f"Two sentences, the first one a title: {notes}",

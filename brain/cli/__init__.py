@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import IO
 
 from brain._version import __version__
 
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def silence(stream: TextIO) -> None:
+def silence(stream: IO[str]) -> None:
     """Point ``stream``'s descriptor at /dev/null: its reader has gone (``| head``), so
     nothing more written to it, the interpreter's last flush included, can fail."""
     try:

@@ -92,7 +92,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from brain.loader import load_file, workflow_files
 
     bad = 0
-    seen: dict[str, str] = {}  # workflow name -> the file that defines it
+    seen: dict[str, str | None] = {}  # workflow name -> the file that defines it
     for path in args.paths or ["."]:
         folder = os.path.isdir(path)
         found, bad_before = 0, bad

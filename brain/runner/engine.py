@@ -210,16 +210,28 @@ class RunExecution:
 
     async def _stop(self, running: dict[asyncio.Task[_Outcome], str], pending: list[str],
                     failure: _Outcome | None, failures: list[_Outcome]) -> RunStatus:
+        # Steps that ended before the stop (their own write done) keep their outcome:
+        # only those still running are stopped.
+        ended_first = [task for task in running if task.done()]
         for task in running:
             task.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+        stopped: list[str] = []
+        for task, name in running.items():
+            if task not in ended_first and task.cancelled():
+                stopped.append(name)
+                continue
+            outcome = self._outcome_of(task, name)
+            if outcome is not None and not outcome.ok:
+                failures.append(outcome)
+                failure = failure or outcome
         if self._lease_lost:
             # Another executor resumed this run after our lease expired (or this server is
             # shutting down and leaves it to be resumed): write nothing.
             return RunStatus.RUNNING
         try:
-            return await self._record_end(list(running.values()), pending, failure, failures)
+            return await self._record_end(stopped, pending, failure, failures)
         except LeaseLost:
             return RunStatus.RUNNING
 

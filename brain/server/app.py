@@ -112,8 +112,7 @@ class BrainPlugin(InitPluginProtocol):
         """Stop without the grace period (a second Ctrl-C): running steps are stopped at once
         and their runs keep a lease that ends now, so the next start resumes them. A graceful
         stop already waiting ends with this one."""
-        # A second stop() call with no grace cancels what the first is waiting for; both
-        # then finish (closing the store twice is harmless).
+        # A second stop() with no grace ends the first one's wait; both return when done.
         self.stop_now_soon()
         if self._stop_now is not None:
             await asyncio.shield(self._stop_now)

@@ -98,6 +98,8 @@ class BrainService:
         # the same executors as queued runs: one concurrency limit for both.
         self._resumable: list[str] = []
         self._claim_lock = asyncio.Lock()
+        self._stopped: asyncio.Future[None] | None = None
+        self._hurry = asyncio.Event()
         self._watchers: list[Any] = []
         self._scheduler: Any = None
         self.started = False
@@ -155,16 +157,35 @@ class BrainService:
         """Stop taking runs; let running ones finish within the grace period, then stop them.
 
         A run stopped here keeps its record as ``running`` with a lease that
-        expires, so the next serving process resumes it: nothing is lost.
+        ends now, so the next serving process resumes it: nothing is lost. A
+        second call while the first waits (a second Ctrl-C) ends the grace
+        period at once; both return when the service has stopped.
         """
+        if self._stopped is not None:
+            if grace_seconds <= 0:
+                self._hurry.set()
+            await asyncio.shield(self._stopped)
+            return
+        self._stopped = asyncio.ensure_future(self._stop(grace_seconds))
+        await asyncio.shield(self._stopped)
+
+    async def _stop(self, grace_seconds: float) -> None:
         self._stopping = True
         self._wake.set()
         for watcher in self._watchers:
             with contextlib.suppress(Exception):
                 watcher.stop()
         running = list(self._running.values())
-        if running:
-            await asyncio.wait(running, timeout=grace_seconds)
+        if running and grace_seconds > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace_seconds
+            hurry: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
+            waiting: set[asyncio.Future[Any]] = set(running)
+            while waiting and not hurry.done() and loop.time() < deadline:
+                _, waiting = await asyncio.wait(waiting | {hurry}, timeout=deadline - loop.time(),
+                                                return_when=asyncio.FIRST_COMPLETED)
+                waiting.discard(hurry)
+            hurry.cancel()
         left = list(self._running)
         for task in [*self._tasks, *self._running.values()]:
             task.cancel()

@@ -198,7 +198,7 @@ class MemoryStore:
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
         """Ask a run to stop; a run nobody executes (queued, or running under an expired
         lease or a dead local owner) is cancelled at once, as in :meth:`Store.request_cancel`."""
-        from brain.store.owners import owner_process_gone
+        from brain._owners import local_owner_gone
 
         run = self._run(await self.resolve_id(run_id))
         if run.record.status in FINISHED_RUN:
@@ -208,7 +208,7 @@ class MemoryStore:
         r = run.record
         abandoned = r.status == RunStatus.RUNNING.value and (
             r.lease_expires_at is None or r.lease_expires_at < now
-            or owner_process_gone(r.lease_owner))
+            or local_owner_gone(r.lease_owner))
         if r.status == RunStatus.QUEUED.value or abandoned:
             self._set(run, status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now,
                       lease_owner=None, lease_expires_at=None)

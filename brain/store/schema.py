@@ -69,9 +69,12 @@ def _newer(revision: str, shown_url: str) -> StoreError:
 
 
 def _unknown(revision: str | None, shown_url: str) -> StoreError | None:
-    """The error for a revision this code has no migration for (a newer schema), if so."""
+    """The error for a revision this code has no migration for and that is not older than
+    its own (so, a newer schema), if so."""
     if revision is None or revision == SCHEMA_REVISION or revision in known_revisions():
         return None
+    if revision.isdigit() and SCHEMA_REVISION.isdigit() and int(revision) < int(SCHEMA_REVISION):
+        return None  # an older one we have no migration for: the upgrade says so
     return _newer(revision, shown_url)
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from brain._errors import LeaseLost, RunNotFound, StoreError
+from brain._secrets import remember
 from brain.results import (
     FINISHED_RUN,
     RunResult,
@@ -72,6 +73,8 @@ class Store(QueueMixin):
 
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
+        with contextlib.suppress(ArgumentError):
+            remember(make_url(self.url).password)  # scrubbed from whatever runs store
         self._engine: AsyncEngine | None = None
         self._auto: AsyncEngine | None = None
         self._held: AsyncConnection | None = None
@@ -443,7 +446,7 @@ class Store(QueueMixin):
         lease is released. A run with a live executor is only marked
         cancel-requested; that executor stops it within a second.
         """
-        from brain.store.owners import owner_process_gone
+        from brain._owners import local_owner_gone
 
         full = await self.resolve_id(run_id)
         row = await self.run_row(full)
@@ -452,7 +455,7 @@ class Store(QueueMixin):
         if row.status in _FINISHED:
             return await self.get_run(full, with_steps=False), False
         now = utcnow()
-        owner_gone = owner_process_gone(row.lease_owner)
+        owner_gone = local_owner_gone(row.lease_owner)
         cancelled = dict(status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now,
                          lease_owner=None, lease_expires_at=None)
         statements: list[Any] = [

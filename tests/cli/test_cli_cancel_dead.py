@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from support import kill_group_quietly, read_pid, running_step, wait_for, write_source
 
+from brain._owners import local_owner_gone
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.store import Store
 from brain.store.memory import MemoryStore
-from brain.store.owners import owner_process_gone
 
 LONG = """
     from brain import shell, workflow
@@ -84,23 +84,23 @@ def _state(pid: int) -> str | None:
     return stat[stat.rfind(")") + 2:].split()[0]
 
 
-def test_owner_process_gone() -> None:
+def test_local_owner_gone() -> None:
     host = socket.gethostname()
-    assert owner_process_gone(f"{host}:{os.getpid()}:abc") is False  # this process
-    assert owner_process_gone(f"{host}:{os.getppid()}:abc") is False  # alive
+    assert local_owner_gone(f"{host}:{os.getpid()}:abc") is False  # this process
+    assert local_owner_gone(f"{host}:{os.getppid()}:abc") is False  # alive
     child = subprocess.Popen(["true"])
     child.wait()
-    assert owner_process_gone(f"{host}:{child.pid}:abc") is True  # exited and reaped
+    assert local_owner_gone(f"{host}:{child.pid}:abc") is True  # exited and reaped
     zombie = subprocess.Popen(["true"])
     wait_for(lambda: _state(zombie.pid) == "Z", 10, "a zombie")
     try:
-        assert owner_process_gone(f"{host}:{zombie.pid}:abc") is True
+        assert local_owner_gone(f"{host}:{zombie.pid}:abc") is True
     finally:
         zombie.wait()
     # Another machine's process, or an id of another form, cannot be judged from here.
-    assert owner_process_gone(f"other-{host}:{child.pid}:abc") is False
+    assert local_owner_gone(f"other-{host}:{child.pid}:abc") is False
     for odd in (None, "", "nonsense", f"{host}:x:abc", f"{host}:0:abc", f"{host}:1"):
-        assert owner_process_gone(odd) is False
+        assert local_owner_gone(odd) is False
 
 
 async def _make_run(store: Store | MemoryStore, owner: str, lease_seconds: float) -> str:

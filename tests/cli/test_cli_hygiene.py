@@ -167,6 +167,18 @@ def test_database_in_a_missing_folder_is_one_line(tmp_path: Path, brain_cmd: lis
     assert not missing.exists()
 
 
+def test_a_failed_sqlite_connect_leaves_no_thread_traceback(tmp_path: Path,
+                                                            brain_cmd: list[str]) -> None:
+    """A URI filename is passed to SQLite as is, so the connect itself fails; aiosqlite's
+    thread must finish before the event loop closes, or it prints a traceback after the
+    message (it did in most tries)."""
+    url = f"sqlite+aiosqlite:///file:{tmp_path / 'missing' / 'brain.db'}?uri=true"
+    for _ in range(4):
+        proc = brain(brain_cmd, "runs", env={"BRAIN_DATABASE_URL": url})
+        assert proc.returncode == 2
+        assert "unable to open database file" in one_error_line(proc)
+
+
 def test_database_newer_than_the_code_is_one_line(tmp_path: Path, brain_cmd: list[str]) -> None:
     flow = write_source(tmp_path, "flow.py", ONE.format(name="flow"))
     assert brain(brain_cmd, "db", "upgrade").returncode == 0

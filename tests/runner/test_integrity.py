@@ -204,3 +204,47 @@ def test_a_stall_longer_than_the_lease_stops_the_work_then_a_resume_finishes(
     _final(resumed)
     assert resumed.succeeded, resumed.error
     assert log.read_text().split() == ["start", "start", "end"]  # the first was killed
+
+
+def test_a_step_that_ended_as_the_cancel_arrived_keeps_its_status() -> None:
+    """A step fails in the same instant a cancel is noticed: it stays ``failed`` (recorded
+    and shown once), instead of being overwritten as ``cancelled``."""
+    from brain.results import TriggerData
+    from brain.runner.engine import RunExecution
+    from brain.runner.events import StepEvent
+    from brain.store.memory import MemoryStore
+
+    @step
+    async def breaks() -> str:
+        raise RuntimeError("broken")
+
+    @workflow(name="cancel_race")
+    def cancel_race():
+        breaks()
+        shell("later", command="echo later")
+
+    events: list[tuple[str, str]] = []
+
+    async def scenario() -> Any:
+        store = MemoryStore(opened=True)
+        await store.create_run(run_id="a1", workflow="cancel_race",
+                               definition_hash=cancel_race.definition_hash, trigger=TriggerData(),
+                               step_rows=[(s.name, s.kind) for s in cancel_race.spec.steps],
+                               owner="me:1:a")
+        execution: RunExecution
+
+        def on_event(event: StepEvent) -> None:
+            events.append((event.step, event.status))
+            if event.step == "breaks" and event.status == "failed":
+                execution._cancel.set()  # the cancel is noticed in the same loop turn
+
+        execution = RunExecution(cancel_race, store, "a1", "me:1:a", trigger=TriggerData(),
+                                 previous_run_id=None, lease_seconds=30, on_event=on_event)
+        await execution.execute()
+        return await store.get_run("a1")
+
+    run = asyncio.run(scenario())
+    _final(run)
+    assert run.steps["breaks"].status == "failed"
+    assert run.status == "failed"
+    assert [e for e in events if e[0] == "breaks" and e[1] != "running"] == [("breaks", "failed")]
