@@ -13,6 +13,7 @@ This module imports nothing of The Brain.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import threading
@@ -28,12 +29,20 @@ _made_undumpable = False
 
 
 def remember(value: str | None) -> None:
-    """Add a secret value to those scrubbed from everything stored (short ones ignored)."""
+    """Add a secret value to those scrubbed from everything stored (short ones ignored).
+
+    The forms the value takes when code quotes it are remembered too: inside a
+    JSON string, inside Python's ``repr``, and as non-UTF-8 bytes read back
+    with replacement characters.
+    """
     global _pattern
     if not value or len(value) < MIN_SECRET_LENGTH or value in _values:
         return
+    forms = {value, json.dumps(value)[1:-1], repr(value)[1:-1],
+             json.dumps(value, ensure_ascii=False)[1:-1],
+             value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")}
     with _lock:
-        _values.add(value)
+        _values.update(f for f in forms if len(f) >= MIN_SECRET_LENGTH)
         # Longest first, so a secret that contains another is replaced whole.
         ordered = sorted(_values, key=len, reverse=True)
         _pattern = re.compile("|".join(re.escape(v) for v in ordered))
@@ -46,15 +55,37 @@ def remember_environment(names: Iterable[str]) -> None:
 
 
 def scrub(text: str | None, extra: Iterable[str] = ()) -> str | None:
-    """``text`` with every known secret value (and each of ``extra``) replaced by ``***``."""
+    """``text`` with every known secret value (and each of ``extra``) replaced by ``***``.
+
+    Overlapping secrets are replaced as one stretch, so no part of either is left.
+    """
     if not text:
         return text
     for value in extra:
         remember(value)
     pattern = _pattern
-    if pattern is None:
+    if pattern is None or pattern.search(text) is None:
         return text
-    return pattern.sub(REDACTED, text)
+    spans: list[tuple[int, int]] = []
+    for value in list(_values):
+        start = text.find(value)
+        while start != -1:
+            spans.append((start, start + len(value)))
+            start = text.find(value, start + 1)
+    spans.sort()
+    out: list[str] = []
+    pos = 0
+    end = -1
+    for start, stop in spans:
+        if start > end:
+            if end >= 0:
+                out.append(REDACTED)
+            out.append(text[pos:start])
+        end = max(end, stop)
+        pos = end
+    out.append(REDACTED)
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def known_count() -> int:

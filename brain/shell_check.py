@@ -322,6 +322,10 @@ class _Marker:
                 if child is None or not dests:
                     raise _Refused(_what(kind))
                 if dests[0].id == child.id:
+                    if any(c.type in ("<&", ">&", ">&-", "<&-") for c in node.children):
+                        raise _Refused("the target of >& or <&, which bash expands a second "
+                                       "time when it is not a descriptor number",
+                                       "write > {x} (or &> {x}) to send output to a file")
                     self.climb_statement(node)
                     return
                 # tree-sitter files the words after a redirection under it: they are

@@ -137,3 +137,81 @@ def test_the_orchestrator_environment_is_unreadable_from_a_step(tmp_path: Path) 
         assert "orchestrator-only-token-42" not in probe("real")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_overlapping_and_quoted_forms_of_secrets_are_scrubbed_whole() -> None:
+    import json
+
+    from brain._secrets import remember, scrub
+
+    remember("first-secret-value-OVERLAP1")
+    remember("OVERLAP1-second-secret-TAIL")
+    assert scrub("a first-secret-value-OVERLAP1-second-secret-TAIL b") == "a *** b"
+    remember('quote"secret\\value\nXYZ123')
+    assert scrub(json.dumps({"k": 'quote"secret\\value\nXYZ123'})) == '{"k": "***"}'
+    assert scrub(repr(KeyError('quote"secret\\value\nXYZ123'))) == "KeyError('***')"
+
+
+@pytest.mark.parametrize("where", ["LLM_API_KEY", "literal"])
+def test_a_short_llm_key_fails_the_step(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    from brain import llm
+
+    if where == "LLM_API_KEY":
+        monkeypatch.setenv("LLM_API_KEY", "sk-1234")
+        key = None
+    else:
+        key = "sk-abc1"
+
+    @workflow(name="short_key")
+    def short_key():
+        llm("ask", prompt="hi", model="m", provider_url="http://127.0.0.1:9/v1", api_key=key)
+
+    r = short_key.run(store=MemoryStore())
+    assert r.status == "failed"
+    assert "shorter than 8 characters" in (r.steps["ask"].error or "")
+    assert "sk-1234" not in _stored_text(r) and "sk-abc1" not in _stored_text(r)
+
+
+def test_a_secret_cut_by_the_stderr_tail_or_the_error_line_leaves_no_fragment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    value = "Sup3rS3cret-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"
+    monkeypatch.setenv("CUT_TOKEN", value)
+    # The last 8 KiB of stderr start in the middle of the secret; the error line (cut at
+    # 500 characters) ends in the middle of it.
+    script = tmp_path / "noisy.sh"
+    script.write_text(f'printf "%s" "{value}" >&2; head -c 8180 /dev/zero | tr "\\\\0" x >&2\n'
+                      f'printf "\\n%s%s\\n" "$(head -c 480 /dev/zero | tr "\\\\0" y)" "{value}" >&2\n'
+                      "exit 1\n")
+
+    @workflow(name="cut_secret")
+    def cut_secret():
+        shell("use", argv=["true"], env={"T": secret("CUT_TOKEN")})
+        shell("noisy", argv=["sh", str(script)])
+
+    r = cut_secret.run(store=MemoryStore())
+    assert r.steps["noisy"].status == "failed"
+    stored = _stored_text(r)
+    for size in range(8, len(value)):
+        assert value[:size] not in stored and value[-size:] not in stored, size
+
+
+def test_another_workflows_literal_key_and_the_trigger_body_are_scrubbed(tmp_path: Path) -> None:
+    from brain import llm
+
+    literal = "sk-literal-key-0123456789"
+    leaked = tmp_path / "leaked"
+    leaked.write_text(literal)
+
+    @workflow(name="holds_a_literal_key")
+    def holds_a_literal_key():
+        llm("ask", prompt="hi", model="m", provider_url="http://127.0.0.1:9/v1", api_key=literal)
+
+    @workflow(name="prints_it")
+    def prints_it():
+        shell("show", command=f"cat {leaked}")
+
+    r = prints_it.run(trigger={"body": f"key={literal}", "headers": {"X-Api-Key": literal}},
+                      store=MemoryStore())
+    assert r.succeeded, r.error
+    assert literal not in _stored_text(r)
+    assert r.steps["show"].output == "***"

@@ -40,7 +40,8 @@ pytestmark = pytest.mark.skipif(not all(shutil.which(s[0]) for s in SHELLS.value
                                 reason="needs dash and bash")
 
 BATCH = 16            # templates per hypothesis example
-EXAMPLES = 260        # 4,160 generated templates
+# 4,160 generated templates; SHELL_FUZZ_EXAMPLES=5000 for a longer soak.
+EXAMPLES = int(os.environ.get("SHELL_FUZZ_EXAMPLES", "260"))
 MIN_RUN_PER_SHELL = 2000
 
 # --- the grammar ------------------------------------------------------------------------
@@ -104,6 +105,11 @@ class Grammar:
                 "${a[" + ph + "]}", "${!" + ph + "}", f"$v{ph}", f"~{ph}", f"[{ph}]", f"*{ph}",
                 "{a," + ph + "}", f"$1{ph}", f"{ph}>o", f"{ph}\\\n", f"{ph}<o", "\\\\" + ph,
                 "$(" + "echo " + ph + ")#" + '"' + ph + '"', "'{a}'",
+                f"$[ {ph} ]", f"$(({self.cmd(depth)}))", f"$(({self.cmd(depth)}) )",
+                f"$( ({self.cmd(depth)}) )", f"a#{ph}", f" #{ph}", f">({self.cmd(depth)})",
+                f"$(case x in x) {self.cmd(depth)};; esac)", f"{ph}\r", f"\r{ph}",
+                f"$(cat <<EOF\n{ph}\nEOF\n)", f"$(echo {ph} # c\n)", f"{ph}#",
+                f"$(echo {ph})$(( 1 ))", f"\\\n{ph}",
             ])
         return r.choice([ph, ph, ph, ph, r.choice(LITS), f"pre{ph}post", f"/tmp/{ph}.txt",
                          f"$({self.simple(depth + 1) if depth < 2 else 'echo ' + ph})",
@@ -187,6 +193,11 @@ class Grammar:
             f"{self.simple()}; x=$_; echo $(( x ))", f"{self.simple()} | {{ read -r y; }}",
             f"echo {w}; let n={self.word(0)}", f"echo $(( {w} ))", f"echo $(date)#\"{w}\"",
             f"[[ {w} -eq 1 ]]", f"let n={w}", f"echo C:\\{w}",
+            f"cat <<E\"O\"F\n{w}\nEOF", f"cat << EOF\n{w}\nEOF", f"cat <<EOF\n{w}\nEOF \n",
+            f"cat <<EOF; echo {w}\nbody\nEOF", f"cat <<A; cat <<B\na\nA\n{w}\nB",
+            f"function g {{ {self.simple()}; }}; g", f"until true; do {self.simple()}; done",
+            f"select s in {w}; do break; done", f"time {self.simple()}",
+            f"coproc {self.simple()}", f"{self.simple()} &\nwait",
         ])
 
     def template(self) -> str:
@@ -264,6 +275,7 @@ def test_accepted_templates_never_run_a_placeholder_value_under_dash_or_bash_pos
                 job.result()
             except subprocess.TimeoutExpired:
                 stats["timed out"] += 1
+                print(f"timed out: {shell_name}: {template!r}")
             if marker.exists():
                 injected.append(f"{shell_name}: {template!r} with {values!r}")
         assert not injected, "placeholder values ran as code:\n" + "\n".join(injected[:10])

@@ -24,6 +24,7 @@ log = logging.getLogger("brain.server")
 # HTTP limits of `brain serve` (SPEC §7: slow or idle connections cannot exhaust the server).
 KEEP_ALIVE_SECONDS = 5
 HEADER_TIMEOUT_SECONDS = 10.0  # from connecting (or the end of the last response) to full headers
+BODY_TIMEOUT_SECONDS = 15.0  # from the end of the headers to the end of the body
 MAX_HEADER_BYTES = 32 * 1024  # h11's buffer for an incomplete request line + headers
 # Runs still running get this long after a stop is asked (BrainService.stop's default).
 STOP_GRACE_SECONDS = 10
@@ -52,9 +53,36 @@ def _setup_logging() -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # Lines any client can cause by connecting (over the connection limit, a malformed
+    # request) are logged at most once a second each, so they cannot flood the log.
+    handler.addFilter(_Throttle())
     root = logging.getLogger("brain")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
+    uv = logging.getLogger("uvicorn")  # uvicorn's own lines in the same format (text or JSON)
+    uv.handlers[:] = [handler]
+    uv.setLevel(logging.WARNING)
+    uv.propagate = False
+
+
+class _Throttle(logging.Filter):
+    """Passes each client-caused message at most once a second; everything else always."""
+
+    _NOISY = ("Exceeded concurrency limit", "Invalid HTTP request")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if not message.startswith(self._NOISY):
+            return True
+        now = time.monotonic()
+        if now - self._last.get(message, float("-inf")) < 1.0:
+            return False
+        self._last[message] = now
+        return True
 
 
 def _load(paths: list[str]) -> dict[str, object]:
@@ -148,6 +176,7 @@ def _h11_protocol() -> type[Any]:
 
     class HeaderTimeoutH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _body_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -155,11 +184,18 @@ def _h11_protocol() -> type[Any]:
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self.conn.their_state is h11.IDLE:  # no whole request head yet
+            state = self.conn.their_state
+            if state is h11.IDLE:  # no whole request head yet
                 if self.timeout_keep_alive_task is None:
                     self._arm_header_timer()
+            elif state is h11.SEND_BODY:  # the head is in; the body must follow in time
+                self._cancel_header_timer()
+                if self._body_timer is None:
+                    self._body_timer = self.loop.call_later(BODY_TIMEOUT_SECONDS,
+                                                            self._body_timeout)
             else:
                 self._cancel_header_timer()
+                self._cancel_body_timer()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -167,7 +203,18 @@ def _h11_protocol() -> type[Any]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_header_timer()
+            self._cancel_body_timer()
             super().connection_lost(exc)
+
+        def _cancel_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_timeout(self) -> None:
+            self._body_timer = None
+            if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+                self.transport.close()
 
         def _arm_header_timer(self) -> None:
             if self._header_timer is None:
@@ -271,7 +318,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     render.ok(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
               f"http://{args.host}:{args.port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
               f"webhooks {hooks}  ·  database {service.store.shown_url}")
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None,
                             lifespan="on", timeout_graceful_shutdown=15,
                             http=_h11_protocol(), timeout_keep_alive=KEEP_ALIVE_SECONDS,
                             h11_max_incomplete_event_size=MAX_HEADER_BYTES,

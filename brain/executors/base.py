@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from brain._errors import StepFailed
-from brain._secrets import MIN_SECRET_LENGTH, remember
+from brain._secrets import MIN_SECRET_LENGTH, remember, scrub
 from brain.dsl.model import SecretRef
 
 #: ``resolve(text, shell_quote)`` fills in a template for the current run.
@@ -113,8 +113,19 @@ def resolve_values(values: Mapping[str, str | SecretRef], resolve: Resolve, secr
     return real, shown
 
 
+#: Extra bytes kept before a tail is cut, so a secret the cut would split is scrubbed whole.
+TAIL_MARGIN = 4096
+
+
 def tail_text(data: bytes, limit: int = 8192) -> str | None:
-    """The last ``limit`` bytes of ``data`` as text, or ``None`` when empty."""
+    """The last ``limit`` bytes of ``data`` as text (secrets scrubbed before the cut, so
+    no fragment of one survives it), or ``None`` when empty."""
     if not data:
         return None
-    return data[-limit:].decode("utf-8", errors="replace")
+    text = scrub(data[-(limit + TAIL_MARGIN):].decode("utf-8", errors="replace")) or ""
+    return text.encode("utf-8")[-limit:].decode("utf-8", errors="ignore")
+
+
+def cut(text: str, limit: int) -> str:
+    """The first ``limit`` characters of ``text``, secrets scrubbed before the cut."""
+    return (scrub(text) or "")[:limit]

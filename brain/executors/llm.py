@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import SecretStr
 
 from brain._errors import StepFailed
+from brain._secrets import MIN_SECRET_LENGTH, remember, scrub
 from brain.dsl.model import LlmStepSpec, SecretRef
 from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
 
@@ -70,8 +71,20 @@ def _retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), _MAX_RETRY_AFTER)
 
 
+def _remember_url_password(url: str) -> None:
+    """A password in the provider URL is a secret too (scrubbed wherever it shows up)."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return
+    if password:
+        remember(unquote(password))
+
+
 def _preview(text: str) -> str:
-    text = " ".join(text.split())
+    text = scrub(" ".join(text.split())) or ""
     return text[:_BODY_PREVIEW] + ("…" if len(text) > _BODY_PREVIEW else "")
 
 
@@ -102,7 +115,13 @@ class LlmExecutor:
         else:
             key = os.environ.get("LLM_API_KEY") or None
         if key:
+            if len(key) < MIN_SECRET_LENGTH and not mocked:
+                raise StepFailed(f"the API key is shorter than {MIN_SECRET_LENGTH} characters: too "
+                                 f"short to keep out of stored outputs; use a longer key",
+                                 retryable=False)
+            remember(key)
             secrets.append(key)
+        _remember_url_password(base)
         prompt = resolve(spec.prompt, False)
         system = None if spec.system is None else resolve(spec.system, False)
         messages = ([{"role": "system", "content": system}] if system is not None else [])

@@ -23,10 +23,12 @@ from typing import Any
 from brain._errors import StepFailed
 from brain.dsl.model import McpStepSpec, SecretRef
 from brain.executors.base import (
+    TAIL_MARGIN,
     PreparedStep,
     Resolve,
     StepContext,
     StepOutput,
+    cut,
     resolve_values,
     tail_text,
 )
@@ -141,7 +143,7 @@ class McpExecutor:
                 last = (stderr or "").strip().splitlines()
                 why = _exit_reason(code) if code is not None else "its connection closed"
                 raise StepFailed(f"the MCP server exited before answering ({why})"
-                                 + (f": {last[-1][:500]}" if last else ""), stderr=stderr)
+                                 + (f": {cut(last[-1], 500)}" if last else ""), stderr=stderr)
             raise StepFailed(f"the MCP server answered with an error ({error.code}): "
                              f"{error.message}", stderr=stderr)
         if result.is_error:
@@ -176,7 +178,7 @@ def _tail(errlog: Any) -> str | None:
     errlog.flush()
     errlog.seek(0, os.SEEK_END)
     size = errlog.tell()
-    errlog.seek(max(0, size - STDERR_TAIL))
+    errlog.seek(max(0, size - STDERR_TAIL - TAIL_MARGIN))
     return tail_text(errlog.read(), STDERR_TAIL)
 
 

@@ -17,10 +17,12 @@ from typing import Any
 from brain._errors import StepFailed
 from brain.dsl.model import ShellStepSpec
 from brain.executors.base import (
+    TAIL_MARGIN,
     PreparedStep,
     Resolve,
     StepContext,
     StepOutput,
+    cut,
     resolve_values,
     tail_text,
 )
@@ -85,7 +87,7 @@ class ShellExecutor:
         assert proc.stdout is not None and proc.stderr is not None
         limit = spec.max_output_bytes
         stdout = _Collector(proc.stdout, limit=limit + 1)
-        stderr = _Collector(proc.stderr, keep_tail=8192)
+        stderr = _Collector(proc.stderr, keep_tail=8192 + TAIL_MARGIN)
         readers = [asyncio.ensure_future(stdout.run()), asyncio.ensure_future(stderr.run())]
         try:
             if stdin_data is not None:
@@ -113,7 +115,7 @@ class ShellExecutor:
             reason = f"exit code {code}" if code is not None and code > 0 else \
                 f"killed by signal {-(code or 0)}"
             last = (err_tail or "").strip().splitlines()
-            raise StepFailed(f"command failed with {reason}" + (f": {last[-1][:500]}" if last else ""),
+            raise StepFailed(f"command failed with {reason}" + (f": {cut(last[-1], 500)}" if last else ""),
                              stderr=err_tail)
         out = bytes(stdout.data).decode("utf-8", errors="replace").rstrip("\n")
         return StepOutput(output=out, stderr=err_tail)

@@ -11,7 +11,7 @@ from brain._errors import LeaseLost, StoreError
 from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData
-from brain.runner.engine import RunExecution
+from brain.runner.engine import RunExecution, remember_known_secrets
 from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
 from brain.store.base import RunStore
@@ -48,6 +48,7 @@ async def run_workflow_now(wf: Workflow, trigger: object = None, *,
                            previous_outputs: dict[str, str] | None = None) -> RunResult:
     """Record a new run of ``wf``, execute it in this process, and return its result."""
     trig = TriggerData.from_input(trigger)
+    remember_known_secrets(wf)  # before the trigger is stored
     st, own = _store_for(store)
     if own:
         await st.open()

@@ -73,14 +73,8 @@ class RunExecution:
         self.prior_tries = dict(tries or {})
         self.executors = executors or default_executors()
         self.on_event = on_event
-        protected = protected_variable_names(wf)
-        self.ctx = StepContext(workflow_dir=wf.source_dir, protected_env=protected)
-        # Every secret this process can know of is scrubbed from what this run stores.
-        remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
-        for spec in wf.spec.steps:
-            key = getattr(spec, "api_key", None)
-            if isinstance(key, SecretStr):
-                remember(key.get_secret_value())
+        self.ctx = StepContext(workflow_dir=wf.source_dir,
+                               protected_env=remember_known_secrets(wf))
         make_undumpable()
         # Outputs {previous.X} reads; loaded from previous_run_id on first need unless given.
         self._previous: dict[str, str] | None = (None if previous_outputs is None
@@ -465,6 +459,29 @@ def protected_variable_names(wf: Workflow) -> frozenset[str]:
         names.update(t.secret_env for t in each.triggers if isinstance(t, WebhookTrigger))
         names.update(_secret_names(each))
     return frozenset(names)
+
+
+def remember_known_secrets(wf: Workflow) -> frozenset[str]:
+    """Remember every secret this process can know of now (so it is scrubbed from all that
+    is stored, the trigger included); return the variables steps must not inherit."""
+    protected = protected_variable_names(wf)
+    remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
+    for literal in literal_keys(wf):
+        remember(literal)
+    return protected
+
+
+def literal_keys(wf: Workflow) -> list[str]:
+    """Literal ``api_key=`` values written in ``wf`` or any workflow defined in this process."""
+    from brain.dsl.workflow import REGISTRY
+
+    keys = []
+    for each in {id(w): w for w in [*REGISTRY.values(), wf]}.values():
+        for spec in each.spec.steps:
+            key = getattr(spec, "api_key", None)
+            if isinstance(key, SecretStr):
+                keys.append(key.get_secret_value())
+    return keys
 
 
 def _secret_names(wf: Workflow) -> frozenset[str]:

@@ -138,8 +138,38 @@ def _swagger_assets() -> tuple[SwaggerRenderPlugin, Router]:
     return plugin, router
 
 
+class RateLimit:
+    """At most one event per ``interval`` seconds (for log lines anyone can cause)."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self._last = float("-inf")
+
+    def allow(self) -> bool:
+        """Whether an event may be reported now."""
+        import time
+
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return False
+        self._last = now
+        return True
+
+
+_DISCONNECTS = RateLimit()
+
+
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """Every 500: logged here with its traceback; the client gets the JSON shape only."""
+    """Every 500: logged here with its traceback; the client gets the JSON shape only.
+
+    A client that went away mid-body is not a server error: one short line, at most
+    one a second (anyone can cause it, so it must not flood the log).
+    """
+    if "client disconnected prematurely" in str(exc):
+        if _DISCONNECTS.allow():
+            log.info("%s %s: the client disconnected before sending its whole body",
+                     request.scope.get("method", "?"), request.scope.get("path", "?"))
+        return Response({"status_code": 400, "detail": "incomplete request body"}, status_code=400)
     # scope["path"], not request.url: building the URL can be what failed (a bad Host).
     log.error("%s %s failed with an internal error", request.scope.get("method", "?"),
               request.scope.get("path", "?"), exc_info=exc)

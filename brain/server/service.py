@@ -126,6 +126,10 @@ class BrainService:
         make_undumpable()
         remember_environment(["BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN", "LLM_API_KEY",
                               *(hook.trigger.secret_env for hook in self.hooks.values())])
+        from brain.runner.engine import remember_known_secrets
+
+        for wf in self.workflows.values():
+            remember_known_secrets(wf)
         if not self.store.is_open:
             await self.store.open()
         for path, hook in self.hooks.items():

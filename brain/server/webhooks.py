@@ -26,8 +26,8 @@ TIMESTAMP_TOLERANCE_SECONDS = 300
 MAX_DELIVERY_ID_CHARS = 200
 # Stands in for the secret of an unknown hook, so refusing it costs the same HMAC.
 _DUMMY_SECRET = secrets.token_hex(32)
-_NOT_STORED = {"authorization", "cookie", "x-brain-signature", "x-hub-signature-256",
-               "x-hub-signature"}
+_NOT_STORED = {"authorization", "proxy-authorization", "cookie", "x-brain-signature",
+               "x-hub-signature-256", "x-hub-signature"}
 # What X-Brain-Timestamp may hold: ASCII digits only (no sign, spaces, "_" or other digits
 # that int() would take), so the stamped-looking body test below matches exactly these.
 _TIMESTAMP = re.compile(rb"[0-9]+")
@@ -81,12 +81,13 @@ def delivery_id(headers: Mapping[str, str]) -> str | None:
     """The sender's delivery id, for idempotency.
 
     An id too long for the column is stored as ``sha256:<hex>`` of the whole id, so two
-    long ids that share a prefix stay two deliveries.
+    long ids that share a prefix stay two deliveries; so is an id that itself starts
+    with ``sha256:``, so no short id can pose as a long one's digest.
     """
     value = headers.get("x-brain-delivery") or headers.get("x-github-delivery")
     if not value:
         return None
-    if len(value) > MAX_DELIVERY_ID_CHARS:
+    if len(value) > MAX_DELIVERY_ID_CHARS or value.startswith("sha256:"):
         digest = hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
         return f"sha256:{digest}"
     return value

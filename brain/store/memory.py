@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from brain._errors import LeaseLost, RunNotFound, StoreError
+from brain._secrets import scrub
 from brain.results import (
     FINISHED_RUN,
     RunResult,
@@ -109,6 +110,9 @@ class MemoryStore:
         if run_id in self._runs:
             raise StoreError(f"run {run_id} already exists")
         now = utcnow()
+        trigger = trigger.model_copy(update={
+            "body": scrub(trigger.body) or "", "path": scrub(trigger.path),
+            "headers": {k: scrub(v) or "" for k, v in trigger.headers.items()}})
         record = RunRecord(
             id=run_id, workflow=workflow, definition_hash=definition_hash,
             status=RunStatus.RUNNING.value if owner else RunStatus.QUEUED.value, trigger=trigger,

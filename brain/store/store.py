@@ -23,7 +23,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from brain._errors import LeaseLost, RunNotFound, StoreError
-from brain._secrets import remember
+from brain._secrets import remember, scrub
 from brain.results import (
     FINISHED_RUN,
     RunResult,
@@ -56,12 +56,32 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "sslkey_password")
+
+
 def redact_url(url: str) -> str:
-    """``url`` with any password shown as ``***``."""
+    """``url`` with any password, in its user part or its query, shown as ``***``."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
         return "<unparseable database URL>"
+    hidden = {k: "***" for k in parsed.query if k.lower() in _PASSWORD_QUERY_KEYS}
+    if hidden:
+        parsed = parsed.update_query_dict(hidden)
+    return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+
+
+def _url_passwords(url: str) -> list[str]:
+    """Every password written in a database URL (user part and query)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return []
+    found = [parsed.password] if parsed.password else []
+    for key, value in parsed.query.items():
+        if key.lower() in _PASSWORD_QUERY_KEYS:
+            found.extend([value] if isinstance(value, str) else list(value))
+    return [str(v) for v in found]
 
 
 class Store(QueueMixin):
@@ -73,8 +93,8 @@ class Store(QueueMixin):
 
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
-        with contextlib.suppress(ArgumentError):
-            remember(make_url(self.url).password)  # scrubbed from whatever runs store
+        for password in _url_passwords(self.url):
+            remember(password)  # scrubbed from whatever runs store
         self._engine: AsyncEngine | None = None
         self._auto: AsyncEngine | None = None
         self._held: AsyncConnection | None = None
@@ -309,8 +329,8 @@ class Store(QueueMixin):
         row: dict[str, Any] = dict(
             id=run_id, workflow=workflow, definition_hash=definition_hash,
             status=RunStatus.QUEUED.value, trigger_event=trigger.event,
-            trigger_body=clean_text(trigger.body), trigger_path=clean_text(trigger.path),
-            trigger_headers=json.dumps(trigger.headers),
+            trigger_body=scrub(trigger.body), trigger_path=scrub(trigger.path),
+            trigger_headers=_headers_json(trigger.headers),
             created_at=now, cancel_requested=False, previous_run_id=previous_run_id)
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
@@ -514,8 +534,9 @@ class Store(QueueMixin):
 
     async def resolve_id(self, run_id: str) -> str:
         """The full id of the one run whose id is or starts with ``run_id``."""
-        if not run_id or not all(c in "0123456789abcdef" for c in run_id.lower()):
-            raise RunNotFound(f"no run {run_id!r}: run ids are hexadecimal")
+        if not run_id or len(run_id) > 32 or not all(c in "0123456789abcdef" for c in run_id.lower()):
+            raise RunNotFound(f"no run {run_id[:40]!r}: run ids are 32 hexadecimal digits "
+                              f"(a unique prefix will do)")
         found = await self._rows(select(runs.c.id).where(runs.c.id.startswith(run_id.lower())).limit(2))
         if not found:
             raise RunNotFound(f"no run {run_id!r}")
@@ -671,6 +692,11 @@ async def _retrying(attempt: Any) -> Any:
                 warned = True
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
+
+
+def _headers_json(headers: dict[str, str]) -> str:
+    """Trigger headers as stored: any secret value the process knows scrubbed."""
+    return json.dumps({k: scrub(v) for k, v in headers.items()})
 
 
 def _trigger(row: Row[Any]) -> TriggerData:

@@ -259,6 +259,30 @@ def test_half_sent_request_head_is_closed_after_the_header_timeout(server: Brain
     assert server.client.get("/health").status_code == 200
 
 
+def test_half_sent_body_is_closed_after_the_body_timeout(server: BrainServer) -> None:
+    """Headers in time, then a body that trickles: the connection is closed, so slow bodies
+    cannot hold the server's connections (the client's early end is no 500 either)."""
+    from brain.cli.serve import BODY_TIMEOUT_SECONDS
+
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.settimeout(BODY_TIMEOUT_SECONDS + 10)
+        sock.sendall(b"POST /hooks/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: text/plain\r\nContent-Length: 1000000\r\n\r\nab")
+        data = b""
+        try:
+            while chunk := sock.recv(1024):
+                data += chunk
+        except TimeoutError:
+            pytest.fail("the server kept a trickling body open past the body timeout")
+        except ConnectionResetError:
+            pass
+    elapsed = time.monotonic() - started
+    assert b" 500 " not in data.split(b"\r\n", 1)[0], data
+    assert BODY_TIMEOUT_SECONDS - 1 <= elapsed <= BODY_TIMEOUT_SECONDS + 5, elapsed
+    assert server.client.get("/health").status_code == 200
+
+
 def test_server_log_has_no_traceback(server: BrainServer) -> None:
     """After everything above (the module's last test), nothing logged a traceback."""
     output: Any = server.output()
