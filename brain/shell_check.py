@@ -16,7 +16,7 @@ arithmetic (``let``, ``declare``, ``unset``, ``read``, ``printf -v``,
 ``test -v`` … where bash evaluates ``a[$(…)]``), or may run the value as a
 program (``env``, ``exec``, ``command``, ``xargs`` …). Everything else, and a
 template that does not parse, is refused. The rule holds for ``dash`` and
-``bash --posix`` alike; ``tests/test_shell_safety.py`` fuzzes both.
+``bash --posix`` alike; ``tests/test_shell_fuzz.py`` fuzzes both.
 
 The parser is imported lazily, only for a command that has placeholders, so
 ``import brain`` stays light.
@@ -77,7 +77,6 @@ _STATEMENT_PARENTS = {
     "c_style_for_statement", "case_item", "case_statement", "function_definition",
     "negated_command",
 }
-_LITERAL_TYPES = {"word", "raw_string", "number", "string_content"}
 _UNDERSCORE = re.compile(r"(?<![\w$])_(?!\w)")
 _DOLLAR_UNDERSCORE = re.compile(r"\$_(?!\w)|\$\{[#!]?_(?!\w)")
 
@@ -149,23 +148,24 @@ def _check(command: str) -> str | None:
             _Marker(source, prefix, start, end).check(root)
         except _Refused as exc:
             return f"placeholder {ref.text} is {exc.context}; {exc.advice}"
+        except RecursionError:
+            return (f"placeholder {ref.text} is nested too deeply to be checked; "
+                    f"{_ADVICE}")
     return None
 
 
-def _first_error(node: Node) -> Node | None:
-    if node.type == "ERROR" or node.is_missing:
-        return node
-    for child in node.children:
-        found = _first_error(child)
-        if found is not None:
-            return found
-    return None
+def _first_error(root: Node) -> Node | None:
+    return next((n for n in _walk(root) if n.type == "ERROR" or n.is_missing), None)
 
 
-def _walk(node: Node) -> list[Node]:
-    out = [node]
-    for child in node.children:
-        out.extend(_walk(child))
+def _walk(root: Node) -> list[Node]:
+    """Every node under ``root``, in document order (no recursion: nesting may be deep)."""
+    out: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children))
     return out
 
 
@@ -232,7 +232,7 @@ _HEREDOC_REFUSAL = ("inside a here-document, where quotes are not removed and $(
 _NAME_REFUSAL = ("the command name itself, so the value would choose the program to run",
                  "write the program literally and pass the value as an argument, or use argv=")
 _BACKTICK_REFUSAL = ("inside backticks `…`, where backslashes and quotes are processed again",
-                     "use $(…) instead of backticks, with the placeholder as an argument there")
+                     "write it bare inside $(…) instead of backticks")
 _GLOB = re.compile(r"[*?\[]")
 
 

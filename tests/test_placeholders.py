@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import brain
 from brain import PlaceholderError, shell, trigger, workflow
-from brain.placeholders import Ref, has_placeholders, parse, quoting_problem, refs, render
+from brain.placeholders import Ref, has_placeholders, parse, refs, render
+from brain.shell_check import shell_problem
 
 
 def values(mapping: dict[str, str]) -> Callable[[Ref], str]:
@@ -233,7 +234,7 @@ def test_a_nul_byte_in_a_value_fails_the_step_at_run_time() -> None:
     ],
 )
 def test_placeholder_inside_quotes_or_here_document_is_a_problem(command: str, context: str) -> None:
-    problem = quoting_problem(command)
+    problem = shell_problem(command)
     assert problem is not None
     assert context in problem
     assert refs(command)[0].text in problem
@@ -262,7 +263,7 @@ def test_placeholder_inside_quotes_or_here_document_is_a_problem(command: str, c
     ],
 )
 def test_placeholder_standing_as_a_bare_word_is_fine(command: str) -> None:
-    assert quoting_problem(command) is None
+    assert shell_problem(command) is None
 
 
 def test_bare_placeholders_from_allowed_contexts_really_run_as_data() -> None:

@@ -217,7 +217,7 @@ def test_environment_is_read_when_the_run_starts_not_when_defined(
 
     monkeypatch.setenv("LLM_MODEL", "model-one")
     monkeypatch.setenv("LLM_BASE_URL", server.url)
-    monkeypatch.setenv("LLM_API_KEY", "key-one")
+    monkeypatch.setenv("LLM_API_KEY", "key-one-0001")
     r1 = llm_env_late()
     assert r1.status == "succeeded", r1.error
 
@@ -229,7 +229,7 @@ def test_environment_is_read_when_the_run_starts_not_when_defined(
 
     assert len(server.requests) == 1 and len(other_server.requests) == 1
     assert server.requests[0].json["model"] == "model-one"
-    assert auth(server) == "Bearer key-one"
+    assert auth(server) == "Bearer key-one-0001"
     assert other_server.requests[0].json["model"] == "model-two"
     assert auth(other_server) is None
     assert r2.steps["e"].output == "other reply"

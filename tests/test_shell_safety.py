@@ -1,0 +1,232 @@
+"""Where a placeholder may stand in ``shell(command=...)`` (SPEC §3, issue 9).
+
+Each reproduction from the issue is a definition error naming the workflow,
+the step and the context, and each is shown to be really injectable when
+rendered and run, so the refusal is needed. ``tests/test_shell_fuzz.py``
+generates templates at scale; this file pins the cases and the messages.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import definition_error
+
+from brain import WorkflowDefinitionError, shell, trigger, workflow
+from brain.placeholders import Ref, render
+from brain.shell_check import shell_problem
+
+SHELLS = {"dash": ["dash", "-c"], "bash --posix": ["bash", "--posix", "-c"]}
+needs_shells = pytest.mark.skipif(not all(shutil.which(s[0]) for s in SHELLS.values()),
+                                  reason="needs dash and bash")
+
+
+def run_in(shell: str, command: str, where: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*SHELLS[shell], command], cwd=where, capture_output=True, timeout=10,
+                          stdin=subprocess.DEVNULL)
+
+
+def injects(template: str, values: dict[str, str], tmp_path: Path) -> set[str]:
+    """The shells in which ``template``, rendered as the runner does, runs ``touch MARK``."""
+    hit = set()
+    for name in SHELLS:
+        marker = tmp_path / f"MARK-{name.replace(' ', '')}"
+        filled = {k: v.replace("MARK", str(marker)) for k, v in values.items()}
+        command = render(template, lambda ref, f=filled: f[ref.text], shell_quote=True)
+        run_in(name, command, tmp_path)
+        if marker.exists():
+            hit.add(name)
+    return hit
+
+
+# --- the reproductions from issue 9 -------------------------------------------------------
+
+REPRODUCTIONS = [
+    # (template, hostile values, words the message must contain)
+    ("echo hi # note {trigger.body}\necho after", {"{trigger.body}": "\ntouch MARK #"},
+     ["comment"]),
+    ("echo C:\\{trigger.body}", {"{trigger.body}": "x; touch MARK; #"}, ["backslash"]),
+    ("echo $(( {n} + {trigger.body} ))", {"{n}": "1", "{trigger.body}": "$(touch MARK)"},
+     ["arithmetic"]),
+    ('echo $(date)#"{x}"', {"{x}": "'$(touch MARK)'"}, ["double quotes"]),
+    ("[[ {x} -eq 1 ]]", {"{x}": "a[$(touch MARK)]"}, ["[[ … ]]"]),
+    ("let n={x}", {"{x}": "a[$(touch MARK)]"}, ["let"]),
+    ("n={x}; echo $(( n + 1 ))", {"{x}": "a[$(touch MARK)]"}, ["assignment"]),
+    ("X={x} bash -c 'echo $(( X ))'", {"{x}": "a[$(touch MARK)]"}, ["assignment"]),
+    ("(( {x} ))", {"{x}": "a[$(touch MARK)]"}, ["arithmetic"]),
+    ("case x in {x}) echo;; esac", {"{x}": "'$(touch MARK)'"}, ["case pattern"]),
+    ("a[{x}]=1", {"{x}": "$(touch MARK)"}, ["subscript"]),
+    ("{x} {y}", {"{x}": "touch", "{y}": "MARK"}, ["command name"]),
+    ("eval {x}", {"{x}": "touch MARK"}, ["eval", "shell code"]),
+    (". {x}", {"{x}": "/dev/stdin"}, ["."]),
+    ("sh -c {x}", {"{x}": "touch MARK"}, ["sh -c"]),
+    ("a=(1 2); unset {x}", {"{x}": "a[$(touch MARK)]"}, ["unset"]),
+    ("printf -v {x} %s v", {"{x}": "a[$(touch MARK)]"}, ["printf -v"]),
+    ("test -v {x}", {"{x}": "a[$(touch MARK)]"}, ["test", "-v"]),
+    ("test {x} {y}", {"{x}": "-v", "{y}": "a[$(touch MARK)]"}, ["test", "operator"]),
+    ("read n <<< {x}; echo $(( n ))", {"{x}": "a[$(touch MARK)]"}, ["read"]),
+    ("declare -i n; n={x}", {"{x}": "a[$(touch MARK)]"}, ["assignment"]),
+    ("echo {x} > /dev/null; echo $(( _ ))", {"{x}": "a[$(touch MARK)]"}, ["_"]),
+    ("echo hi >& {x}", {"{x}": "x$(touch MARK)"}, [">&"]),
+    ("env {x} {y} {z}", {"{x}": "sh", "{y}": "-c", "{z}": "touch MARK"}, ["env", "program"]),
+    ("echo '{x}'", {"{x}": "$(touch MARK)"}, ["single quotes"]),
+    ("echo `echo {x}`", {"{x}": "`; touch MARK; `"}, ["backticks"]),
+    ("cat <<EOF\n{x}\nEOF", {"{x}": "$(touch MARK)"}, ["here-document"]),
+    ("cat <<EOF > {x}\nbody\nEOF; echo {y}", {"{x}": "o", "{y}": "$(touch MARK)"},
+     ["here-document", "delimiter"]),
+]
+
+
+@pytest.mark.parametrize(("template", "values", "words"), REPRODUCTIONS,
+                         ids=[r[0][:40] for r in REPRODUCTIONS])
+def test_each_reproduction_is_a_definition_error_naming_workflow_step_and_context(
+        template: str, values: dict[str, str], words: list[str]) -> None:
+    def body():
+        shell("first", command="true")
+        shell("x", command="true")
+        shell("y", command="true")
+        shell("n", command="true")
+        shell("z", command="true")
+        shell("risky", command=template)
+
+    message = definition_error(body, name="repro")
+    assert message.startswith("workflow 'repro', step 'risky': placeholder {")
+    for word in words:
+        assert word in message, message
+    # Every message says what to do instead.
+    assert any(hint in message for hint in ("env=", "stdin=", "argv=", "bare", "write")), message
+
+
+# Refused by the rule's simplicity rather than because the value runs: a quoted
+# case pattern is data, and `. {x}` runs a file the value names (not the value).
+NOT_INJECTABLE = {"case x in {x}) echo;; esac", ". {x}"}
+
+
+@needs_shells
+@pytest.mark.parametrize(("template", "values", "words"),
+                         [r for r in REPRODUCTIONS if r[0] not in NOT_INJECTABLE],
+                         ids=[r[0][:40] for r in REPRODUCTIONS if r[0] not in NOT_INJECTABLE])
+def test_each_refused_reproduction_really_runs_the_value_in_some_shell(
+        template: str, values: dict[str, str], words: list[str], tmp_path: Path) -> None:
+    """The refusal is needed: rendered and run anyway, the value becomes code."""
+    assert injects(template, values, tmp_path), template
+
+
+# --- what stays accepted ------------------------------------------------------------------
+
+ACCEPTED = [
+    "echo {x}", "grep -- {x} file", "grep -e {x} -- {y} | wc -l", "cat > {x}", "cat >> {x}",
+    "sort < {x}", "cat <<< {x}", "echo $(printf %s {x})", 'echo "$(printf %s {x})"',
+    "echo pre{x}post", "cp {x} /tmp/{y}.bak", "echo ${VAR:-{x}}", "awk '{print $2}' {x}",
+    "printf '%s\\n' {x}", "printf -- %s {x}", "printf -v out %s {x}", "[ -n {x} ]",
+    "[ {x} = {y} ]", "test -f {x}", "if [ -f {x} ]; then cat {x}; fi",
+    "sh -c 'printf %s \"$1\"' sh {x}", "timeout 5 grep {x} file", "nice -n 5 echo {x}",
+    "env -i PATH=/bin printf %s {x}", "command echo {x}", "xargs printf %s {x}",
+    "cat <<EOF > {x}\nbody\nEOF", "cat <<EOF\nhello\nEOF\necho {x}", "echo {x} # {{x}} note",
+    "for f in *.txt; do grep -- {x} \"$f\"; done", "case $1 in a) echo {x};; esac",
+    "echo $HOME{x}", "echo ${HOME}{x}", "echo {x} {{y}} ${y}", "cat <(echo {x})",
+    "f() { printf '%s\\n' \"$1\"; }; f {x}", "echo a#{x}", "! grep -q {x} file",
+    "echo {x} 2> {y}.log", "ls -l {x} && rm -f {x}", "exec 3> {x}",
+]
+
+
+@pytest.mark.parametrize("template", ACCEPTED)
+def test_placeholders_as_arguments_and_redirection_targets_are_accepted(template: str) -> None:
+    assert shell_problem(template) is None
+
+
+def test_dollar_brace_is_shell_syntax_and_quote_false_skips_the_check() -> None:
+    assert shell_problem("echo ${x} '${y}' \"${z}\"") is None
+
+    @workflow(name="raw")
+    def raw():
+        shell("a", command="true")
+        shell("b", command="echo '{a}' $(( {a} )) # {a}", quote=False)
+
+    assert raw.spec.steps[1].command == "echo '{a}' $(( {a} )) # {a}"
+
+
+def test_a_command_that_does_not_parse_is_refused_only_with_placeholders() -> None:
+    assert shell_problem("echo $(( 1 +") is None  # no placeholder: the shell reports it
+    problem = shell_problem("echo {x} )")
+    assert problem is not None and "does not parse" in problem
+
+
+def test_a_placeholder_as_the_program_of_argv_is_a_definition_error() -> None:
+    def body():
+        shell("prog", command="echo /bin/echo")
+        shell("run", argv=[f"{trigger.body}", "x"])
+
+    message = definition_error(body, name="argv0")
+    assert "step 'run'" in message and "argv[0]" in message and "program" in message
+
+    @workflow(name="argv-ok")
+    def argv_ok():
+        shell("run", argv=["echo", trigger.body, "{trigger.event}"])
+
+    assert argv_ok.spec.steps[0].argv == ("echo", "{trigger.body}", "{trigger.event}")
+
+
+def test_the_error_is_raised_when_the_workflow_is_decorated() -> None:
+    with pytest.raises(WorkflowDefinitionError, match=r"step 'bad'.*inside arithmetic"):
+        @workflow(name="early")
+        def early():
+            shell("bad", command=f"echo $(( {trigger.body} ))")
+
+
+def test_the_parser_is_not_imported_by_import_brain() -> None:
+    """tree-sitter loads only when a command with placeholders is checked."""
+    code = ("import sys, brain\n"
+            "assert not [m for m in sys.modules if m.startswith('tree_sitter')]\n"
+            "from brain import shell, workflow\n"
+            "@workflow(name='w')\n"
+            "def w():\n"
+            "    shell('a', command='true')\n"
+            "assert not [m for m in sys.modules if m.startswith('tree_sitter')]\n"
+            "@workflow(name='v')\n"
+            "def v():\n"
+            "    shell('a', command='echo {trigger.body}')\n"
+            "assert 'tree_sitter' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --- property: the accepted forms keep every value byte for byte --------------------------
+
+FORMS = [
+    ("printf '%s|' {x}", "{v}|"),
+    ("printf '%s|' pre{x}post", "pre{v}post|"),
+    ("printf '%s|' \"$(printf '%s' {x})\"", "{vstrip}|"),
+    ("unset V; printf '%s|' ${V:-{x}}", "{v}|"),
+    ("sh -c 'printf \"%s|\" \"$1\"' sh {x}", "{v}|"),
+    ("printf '%s\\n' {x} > out; printf '%s|' \"$(cat out)\"", "{vstrip}|"),
+    ("[ -n {x} ] && printf 'set|' || printf 'empty|'", "{nonempty}"),
+]
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                max_size=30)
+_TRICKY = st.sampled_from(["-v", "a[$(touch M)]", "$(echo INJECTED)", "`echo X`", "'", '"', "\\",
+                           "\n", "-n", "--", "}", "${x}", "*", ";", "x=1", "EOF", "#", "", " "])
+
+
+@needs_shells
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(_TRICKY, _TEXT), max_size=4).map("".join))
+def test_accepted_forms_pass_any_value_through_as_data_in_both_shells(value: str) -> None:
+    import tempfile
+
+    expected_values = {"v": value, "vstrip": value.rstrip("\n"),
+                       "nonempty": "set|" if value else "empty|"}
+    with tempfile.TemporaryDirectory() as where:
+        for template, expected in FORMS:
+            assert shell_problem(template) is None, template
+            command = render(template, lambda ref: value if ref == Ref("step", "x") else "",
+                             shell_quote=True)
+            want = expected.format(**expected_values) if "{" in expected else expected
+            for name in SHELLS:
+                done = run_in(name, command, Path(where))
+                assert done.stdout.decode("utf-8", "surrogateescape") == want, (name, template)
