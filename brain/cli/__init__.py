@@ -102,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     quietly with its normal exit code: no ``BrokenPipeError`` traceback.
     """
     code: int | str | None = 0
+    for name in ("stdout", "stderr"):  # started with a closed descriptor (``>&-``)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
     try:
         try:
             code = _main(argv)

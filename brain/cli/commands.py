@@ -58,6 +58,16 @@ def dispatch(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except BrainError as exc:
         return _fail(str(exc))
+    except Exception as exc:
+        # A database that breaks mid-command (a corrupt page, a driver that cannot be
+        # used): one line, not a traceback.
+        from sqlalchemy.exc import SQLAlchemyError
+
+        if not isinstance(exc, SQLAlchemyError):
+            raise
+        from brain.store.store import database_problem
+
+        return _fail(database_problem(exc))
     except KeyboardInterrupt:
         render.error("interrupted")
         return 130

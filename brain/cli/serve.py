@@ -359,11 +359,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
                   f"once, database {service.store.shown_url}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        stopping: list[asyncio.Future[None]] = []
+
+        def on_signal() -> None:
+            if not stop.is_set():
+                stop.set()
+                return
+            # A second Ctrl-C: stop at once (unfinished runs stay resumable).
+            _say("stopping now: running steps are stopped, their runs resume on the next start")
+            stopping.append(asyncio.ensure_future(service.stop(grace_seconds=0)))
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         await stop.wait()
-        render.ok("stopping: letting running steps finish")
-        await service.stop()
+        _say(f"stopping: letting running steps finish (up to {STOP_GRACE_SECONDS}s; "
+             f"Ctrl-C again to stop now)")
+        await service.stop(grace_seconds=STOP_GRACE_SECONDS)
+        for hurry in stopping:
+            await hurry
 
     asyncio.run(go())
     return 0

@@ -20,6 +20,7 @@ from brain.dsl.model import SecretRef
 Resolve = Callable[[str, bool], str]
 
 REDACTED = "***"
+RUN_ID_VARIABLE = "BRAIN_RUN_ID"
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class StepContext:
 
     workflow_dir: str
     protected_env: frozenset[str] = frozenset()
+    #: The run's id, given to step processes as ``BRAIN_RUN_ID`` (so a resume can find
+    #: processes a dead executor left running, see ``process.kill_run_processes``).
+    run_id: str = ""
 
 
 @dataclass
@@ -115,6 +119,11 @@ def resolve_values(values: Mapping[str, str | SecretRef], resolve: Resolve, secr
 
 #: Extra bytes kept before a tail is cut, so a secret the cut would split is scrubbed whole.
 TAIL_MARGIN = 4096
+
+
+def run_marker(ctx: StepContext) -> dict[str, str]:
+    """The variable that marks a step's processes as this run's."""
+    return {RUN_ID_VARIABLE: ctx.run_id} if ctx.run_id else {}
 
 
 def tail_text(data: bytes, limit: int = 8192) -> str | None:

@@ -71,6 +71,24 @@ def _retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), _MAX_RETRY_AFTER)
 
 
+def _check_url(url: str) -> None:
+    """A base URL that cannot be requested fails the step now, saying so."""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    try:
+        urlsplit(url).port  # noqa: B018 - raises on an out-of-range or malformed port
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL) as exc:
+        try:
+            shown = redact_url(url)
+        except ValueError:
+            shown = "the provider URL"
+        raise StepFailed(f"{shown} is not a usable URL ({exc}); check provider_url or "
+                         f"LLM_BASE_URL", retryable=False) from None
+
+
 def _remember_url_password(url: str) -> None:
     """A password in the provider URL is a secret too (scrubbed wherever it shows up)."""
     from urllib.parse import unquote, urlsplit
@@ -106,6 +124,7 @@ class LlmExecutor:
         if not base.startswith(("http://", "https://")):
             raise StepFailed(f"LLM_BASE_URL must start with http:// or https://, like "
                              f"{DEFAULT_BASE_URL!r} (got {redact_url(base)!r})", retryable=False)
+        _check_url(base)
         key: str | None
         secrets: list[str] = []
         if isinstance(spec.api_key, SecretRef):

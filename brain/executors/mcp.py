@@ -30,6 +30,7 @@ from brain.executors.base import (
     StepOutput,
     cut,
     resolve_values,
+    run_marker,
     tail_text,
 )
 from brain.executors.process import KILL_GRACE_SECONDS, kill_group, signal_group
@@ -88,7 +89,7 @@ class McpExecutor:
         from mcp.client.stdio import get_default_environment
 
         words: list[str] = prepared.payload["words"]
-        env = get_default_environment() | prepared.payload["env"]
+        env = get_default_environment() | prepared.payload["env"] | run_marker(ctx)
         program = words[0]
         if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
             raise StepFailed(f"cannot start the MCP server: {program!r} is not on PATH",

@@ -44,6 +44,35 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def kill_run_processes(run_id: str) -> int:
+    """SIGKILL the process groups of every local process marked as ``run_id``'s
+    (``BRAIN_RUN_ID`` in its environment): what a dead or frozen executor of this
+    machine left running, before the run's steps run again. Returns how many groups."""
+    if not run_id:
+        return 0
+    marker = f"BRAIN_RUN_ID={run_id}".encode()
+    own = {os.getpid(), os.getpgid(0)}
+    groups: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit() or int(entry) in own:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+            pgid = os.getpgid(int(entry))
+        except (OSError, ProcessLookupError):
+            continue
+        if marker in environ and pgid not in own:
+            groups.add(pgid)
+    for pgid in groups:
+        signal_group(pgid, signal.SIGKILL)
+    return len(groups)
+
+
 async def kill_group(pgid: int, grace: float = KILL_GRACE_SECONDS) -> None:
     """SIGTERM the group; SIGKILL whatever is still alive after ``grace`` seconds."""
     if not signal_group(pgid, signal.SIGTERM):

@@ -24,6 +24,7 @@ from brain.executors.base import (
     StepOutput,
     cut,
     resolve_values,
+    run_marker,
     tail_text,
 )
 from brain.executors.process import KILL_GRACE_SECONDS, group_alive, kill_group, signal_group
@@ -76,7 +77,8 @@ class ShellExecutor:
         stdin_data = payload.get("stdin")
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=cwd, env=child_environment(ctx.protected_env, payload["env"]),
+                *argv, cwd=cwd,
+                env=child_environment(ctx.protected_env, payload["env"]) | run_marker(ctx),
                 stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)

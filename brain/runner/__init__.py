@@ -67,10 +67,40 @@ async def run_workflow_now(wf: Workflow, trigger: object = None, *,
                                  lease_seconds=lease, executors=executors, on_event=on_event,
                                  previous_outputs=previous_outputs)
         await execution.execute()
+        if execution.stalled:
+            # The database stalled for longer than a lease, so the work stopped. Unless
+            # another executor took the run meanwhile, finish it here: it was accepted.
+            resumed = await _resume_after_stall(wf, st, run_id, owner, lease, on_event=on_event,
+                                                executors=executors)
+            if resumed is not None:
+                return resumed
         return await st.get_run(run_id)
     finally:
         if own:
             await st.close()
+
+
+async def _resume_after_stall(wf: Workflow, store: RunStore, run_id: str, owner: str,
+                              lease: float, *,
+                              on_event: EventHandler | None,
+                              executors: Mapping[str, Executor] | None) -> RunResult | None:
+    """Claim the run again once its lease has run out (by the database's records), and
+    execute what did not finish; ``None`` if another executor has it."""
+    import asyncio
+
+    for _ in range(int(lease) + 10):
+        row = await store.run_row(run_id)
+        if row is None or row.status != RunStatus.RUNNING.value:
+            return None
+        if row.lease_expires_at is not None and row.lease_expires_at > utcnow():
+            if row.lease_owner != owner:
+                return None  # another executor took it: it finishes the run
+            await asyncio.sleep(1)  # ours, not expired yet by the records
+            continue
+        result = await execute_run(wf, store, run_id, on_event=on_event, executors=executors)
+        if result is None or result.status in FINISHED_RUN:
+            return result
+    return None
 
 
 async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str | None = None,
@@ -120,6 +150,12 @@ async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str
     states = await store.step_states(run_id)
     outputs = await store.step_outputs(run_id)
     unfinished = [n for n, (status, _) in states.items() if status != StepStatus.SUCCEEDED.value]
+    if not first_start:
+        # Steps of this run that a dead (or frozen) executor of this machine left running
+        # end now: the resumed steps must not run beside them.
+        from brain.executors.process import kill_run_processes
+
+        kill_run_processes(run_id)
     try:
         if first_start and any(s.previous_refs for s in wf.spec.steps):
             previous = await store.latest_succeeded_run(wf.name, utcnow())

@@ -74,7 +74,7 @@ class RunExecution:
         self.executors = executors or default_executors()
         self.on_event = on_event
         self.ctx = StepContext(workflow_dir=wf.source_dir,
-                               protected_env=remember_known_secrets(wf))
+                               protected_env=remember_known_secrets(wf), run_id=run_id)
         make_undumpable()
         # Outputs {previous.X} reads; loaded from previous_run_id on first need unless given.
         self._previous: dict[str, str] | None = (None if previous_outputs is None
@@ -83,6 +83,9 @@ class RunExecution:
         self._cancel = asyncio.Event()
         self._cancel_reason = "cancelled"
         self._lease_lost = False
+        #: The work stopped because the lease could not be renewed in time (a stalled
+        #: database): nothing was written since, and the run may be resumed.
+        self.stalled = False
 
     # --- placeholders ---
 
@@ -254,6 +257,13 @@ class RunExecution:
                                         owner=owner)
             self._emit_all(stopped + not_started, "cancelled")
             return RunStatus.CANCELLED
+        missing = [n for n in self.kinds if n not in self.outputs]
+        if missing:  # never "succeeded" with a step that did not succeed
+            reason = f"internal error: steps {', '.join(map(repr, missing))} never finished"
+            await self.store.steps_ended(self.run_id, missing, StepStatus.FAILED, error=reason,
+                                         owner=owner)
+            await self.store.finish_run(self.run_id, RunStatus.FAILED, reason, owner=owner)
+            return RunStatus.FAILED
         await self.store.finish_run(self.run_id, RunStatus.SUCCEEDED, owner=owner)
         return RunStatus.SUCCEEDED
 
@@ -274,6 +284,7 @@ class RunExecution:
             if left <= 0:
                 log.warning("run %s: lease could not be renewed in time; stopping its work",
                             self.run_id)
+                self.stalled = True
                 self._lease_lost = True
                 self._cancel.set()
                 return
@@ -319,7 +330,8 @@ class RunExecution:
                     await mark.settle()
             message = _internal_error(exc)
             log.error("run %s: step %r failed inside the orchestrator: %s", self.run_id,
-                      spec.name, message, exc_info=exc)
+                      spec.name, message)
+            log.debug("the error behind it", exc_info=exc)
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", error=message))
             return _Outcome(spec.name, False, message, recorded=False)
 
@@ -337,7 +349,7 @@ class RunExecution:
         except (StepFailed, PlaceholderError) as exc:
             # The step cannot even start (a missing trigger field, an unset secret, an
             # invalid argument): that is one failed try, not worth repeating.
-            msg = _text(exc.message if isinstance(exc, StepFailed) else str(exc))
+            msg = _text(exc.message if isinstance(exc, StepFailed) else describe(exc))
             await self.store.step_finished(self.run_id, spec.name, status=StepStatus.FAILED,
                                            tries=tries + 1, ended_at=utcnow(), error=msg,
                                            owner=self.owner)
@@ -400,9 +412,9 @@ class RunExecution:
                                   stderr=prepared.stderr)
             return StepFailed("TimeoutError raised by the step")
         except PlaceholderError as exc:
-            return StepFailed(str(exc), retryable=False)
+            return StepFailed(describe(exc), retryable=False)
         except Exception as exc:
-            return StepFailed(f"{type(exc).__name__}: {exc}")
+            return StepFailed(f"{type(exc).__name__}: {describe(exc)}")
         size = len(result.output.encode("utf-8", errors="replace"))
         if size > spec.max_output_bytes:
             return StepFailed(f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
@@ -430,6 +442,9 @@ class _RunningMark:
                                      owner=owner)
 
         self.task = asyncio.create_task(mark())
+        # A mark whose step was stopped is never awaited: its error (a lost lease, a stalled
+        # database) is the run's business, not an "exception never retrieved" report.
+        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def drop(self) -> None:
         """Forget the mark unless its write has begun (a begun write lands first: the
@@ -521,7 +536,7 @@ def _scrub_deep(value: Any, secrets: Iterable[str]) -> Any:
     """Inputs about to be stored, with secret values scrubbed from every string in them."""
     secrets = list(secrets)
     if isinstance(value, str):
-        return scrub(value, secrets)
+        return clean_text(scrub(value, secrets))
     if isinstance(value, dict):
         return {k: _scrub_deep(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
@@ -531,5 +546,14 @@ def _scrub_deep(value: Any, secrets: Iterable[str]) -> Any:
 
 def _internal_error(exc: BaseException) -> str:
     """The text stored for an error raised inside the orchestrator (secrets scrubbed)."""
-    text = f"internal error: {type(exc).__name__}: {exc}"[:2000]
+    text = f"internal error: {type(exc).__name__}: {describe(exc)}"[:2000]
     return scrub(clean_text(text)) or "internal error"
+
+
+def describe(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when even that raises (an exception's ``__str__`` is
+    user code too)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"{type(exc).__name__} (its message could not be read)"

@@ -97,10 +97,9 @@ class QueueMixin:
         from brain.store.store import utcnow
 
         try:
-            async with self.engine.begin() as conn:
-                await conn.execute(insert(fires), dict(workflow=workflow, trigger_key=trigger_key,
-                                                       fire_time=fire_time, run_id=None,
-                                                       claimed_at=utcnow()))
+            await self._transaction([(insert(fires), dict(
+                workflow=workflow, trigger_key=trigger_key, fire_time=fire_time, run_id=None,
+                claimed_at=utcnow()))])
         except IntegrityError:
             return False
         return True
@@ -171,12 +170,18 @@ class QueueMixin:
             values = dict(status=RunStatus.RUNNING.value, lease_owner=owner,
                           lease_expires_at=now + timedelta(seconds=lease_seconds), started_at=now)
             if self.engine.dialect.name == "postgresql":
-                async with self.engine.begin() as conn:
-                    run_id = (await conn.execute(pick.with_for_update(skip_locked=True))).scalar()
-                    if run_id is None:
-                        return None
-                    await conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
-                    return str(run_id)
+                async def claim(values: dict[str, Any] = values) -> str | None:
+                    async with self.engine.begin() as conn:
+                        found = (await conn.execute(pick.with_for_update(skip_locked=True))).scalar()
+                        if found is not None:
+                            await conn.execute(update(runs).where(runs.c.id == found)
+                                               .values(**values))
+                        return None if found is None else str(found)
+
+                from brain.store.store import _retrying
+
+                claimed: str | None = await _retrying(claim)
+                return claimed
             found = await self._rows(pick)
             if not found:
                 return None

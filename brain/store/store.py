@@ -501,9 +501,7 @@ class Store(QueueMixin):
                                 select(runs.c.status).where(runs.c.id == full)
                                 .scalar_subquery() == RunStatus.CANCELLED.value)
             .values(status=StepStatus.CANCELLED.value, ended_at=now, error="cancelled"))
-        async with self.engine.begin() as conn:
-            for statement in statements:
-                await conn.execute(statement)
+        await self._transaction([(statement, None) for statement in statements])
         return await self.get_run(full, with_steps=False), True
 
     async def prune(self, finished_before: datetime) -> int:
@@ -512,19 +510,22 @@ class Store(QueueMixin):
         it); return how many runs."""
         from brain.store.tables import fires
 
-        async with self.engine.begin() as conn:
-            ids = select(runs.c.id).where(runs.c.status.in_(_FINISHED),
-                                          runs.c.ended_at < finished_before)
-            await conn.execute(delete(steps).where(steps.c.run_id.in_(ids)))
-            result = await conn.execute(delete(runs).where(runs.c.status.in_(_FINISHED),
-                                                           runs.c.ended_at < finished_before))
-            newer = fires.alias("newer")
-            await conn.execute(delete(fires).where(
-                fires.c.fire_time < finished_before,
-                exists().where(newer.c.workflow == fires.c.workflow,
-                               newer.c.trigger_key == fires.c.trigger_key,
-                               newer.c.fire_time > fires.c.fire_time)))
-        return int(result.rowcount or 0)
+        async def go() -> int:
+            async with self.engine.begin() as conn:
+                ids = select(runs.c.id).where(runs.c.status.in_(_FINISHED),
+                                              runs.c.ended_at < finished_before)
+                await conn.execute(delete(steps).where(steps.c.run_id.in_(ids)))
+                result = await conn.execute(delete(runs).where(runs.c.status.in_(_FINISHED),
+                                                               runs.c.ended_at < finished_before))
+                newer = fires.alias("newer")
+                await conn.execute(delete(fires).where(
+                    fires.c.fire_time < finished_before,
+                    exists().where(newer.c.workflow == fires.c.workflow,
+                                   newer.c.trigger_key == fires.c.trigger_key,
+                                   newer.c.fire_time > fires.c.fire_time)))
+            return int(result.rowcount or 0)
+
+        return int(await _retrying(go))
 
     # --- reading ------------------------------------------------------------
 
@@ -716,6 +717,15 @@ def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
                      error=row.error, trigger=trigger, created_at=row.created_at,
                      started_at=row.started_at, ended_at=row.ended_at,
                      previous_run_id=row.previous_run_id, steps=step_results)
+
+
+def database_problem(exc: BaseException) -> str:
+    """One line saying what is wrong with the database (for an error that reached the CLI)."""
+    text = _short(exc)
+    if "async" in text.lower() and "driver" in text.lower():
+        return ("BRAIN_DATABASE_URL needs an async driver: sqlite+aiosqlite:///FILE or "
+                "postgresql+asyncpg://USER@HOST/DB")
+    return f"the database cannot be used: {scrub(text)}"
 
 
 def _short(exc: BaseException) -> str:

@@ -74,6 +74,7 @@ def test_an_llm_url_that_breaks_preparation_fails_the_step(db_url: str):
     assert r.status == "failed"
     assert r.steps["ask"].status == "failed"
     assert "pw" not in (r.steps["ask"].error or "")
+    assert "not a usable URL" in (r.steps["ask"].error or "")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -248,3 +249,120 @@ def test_a_step_that_ended_as_the_cancel_arrived_keeps_its_status() -> None:
     assert run.steps["breaks"].status == "failed"
     assert run.status == "failed"
     assert [e for e in events if e[0] == "breaks" and e[1] != "running"] == [("breaks", "failed")]
+
+
+def test_an_exception_whose_str_raises_fails_the_step(db_url: str):
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise Unprintable()
+
+    @step
+    def boom() -> str:
+        raise Unprintable()
+
+    @workflow(name="unprintable")
+    def unprintable():
+        boom()
+
+    r = unprintable.run(store=db_url)
+    _final(r)
+    assert r.status == "failed"
+    assert "Unprintable" in (r.steps["boom"].error or "")
+
+
+def test_lone_surrogates_in_inputs_are_stored_replaced(db_url: str):
+    @step
+    def takes(x: str) -> str:
+        return "ok"
+
+    @workflow(name="surrogate_input")
+    def surrogate_input():
+        takes("caf\ud800")
+
+    r = surrogate_input.run(store=db_url)
+    _final(r)
+    assert r.succeeded, r.error
+    assert r.steps["takes"].inputs == {"x": "caf\ufffd"}
+    r.to_json_dict()  # encodable
+
+
+def test_an_in_process_run_outlives_a_stall_longer_than_its_lease(
+        tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch):
+    """``brain run`` and in-process calls have no server to resume them: once the database
+    answers again, the run is resumed here and ends succeeded."""
+    monkeypatch.setenv("BRAIN_LEASE_SECONDS", "2")
+    log = tmp_path / "log"
+
+    @workflow(name="outlives")
+    def outlives():
+        shell("a", command=f"echo a >> {log}; sleep 1")
+        shell("b", command=f"echo b >> {log}; sleep 3")
+        shell("c", command=f"echo c >> {log}")
+
+    held = threading.Event()
+
+    def lock_soon() -> None:
+        for _ in range(200):
+            if log.exists() and "b" in log.read_text():
+                break
+            time.sleep(0.05)
+        _hold_write_lock(tmp_path / "brain.db", 5, held).join()
+
+    locker = threading.Thread(target=lock_soon, daemon=True)
+    locker.start()
+    r = outlives.run(store=db_url)
+    locker.join()
+    assert held.is_set()
+    _final(r)
+    assert r.succeeded, r.error
+    assert log.read_text().split()[-1] == "c"
+
+
+def test_a_resume_ends_the_steps_a_killed_executor_left_running(tmp_path: Path, db_url: str,
+                                                                brain_cmd: list[str]):
+    """kill -9 of ``brain run`` leaves its step's process running; the resume ends it before
+    the step runs again, so the two never run at the same time."""
+    import os
+    import signal
+    import subprocess
+
+    from support import write_source
+
+    lock, log, first = tmp_path / "lock", tmp_path / "log", tmp_path / "first"
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    write_source(folder, "orphan.py", f'''
+        from brain import shell, workflow
+
+        @workflow
+        def orphan():
+            shell("work", command="if [ -e {first} ]; then S=1; else touch {first}; S=60; fi; "
+                                  "echo start >> {log}; "
+                                  "flock -n {lock} sleep $S || echo DOUBLE >> {log}")
+    ''')
+    env = dict(os.environ, BRAIN_LEASE_SECONDS="1", BRAIN_DATABASE_URL=db_url)
+    proc = subprocess.Popen([*brain_cmd, "run", str(folder / "orphan.py")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        if log.exists() and "start" in log.read_text():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    time.sleep(1.5)  # the lease runs out
+
+    from brain.loader import load_target
+
+    wf = load_target(str(folder / "orphan.py"))
+
+    async def resume() -> Any:
+        async with Store(db_url) as store:
+            [run] = await store.list_runs(limit=1)
+            return await execute_run(wf, store, run.run_id)
+
+    try:
+        result = asyncio.run(resume())
+    finally:
+        subprocess.run(["pkill", "-f", str(lock)], check=False)
+    assert result is not None and result.succeeded, result and result.error
+    assert log.read_text().split() == ["start", "start"]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from serve_support import BrainServer, brain_argv, clean_env
 from support import running_step, wait_for, write_source
 
@@ -155,3 +156,38 @@ def test_limits_are_set() -> None:
     assert 0 < KEEP_ALIVE_SECONDS <= 10
     assert 8 * 1024 <= MAX_HEADER_BYTES <= 64 * 1024
     assert 8 <= connection_limit() <= max(8, soft)
+
+
+def test_worker_second_sigint_stops_at_once_and_the_run_stays_resumable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from brain.loader import load_target
+
+    folder = make_folder(tmp_path)
+    env = clean_env(tmp_path / "brain.db")
+    monkeypatch.setenv("BRAIN_DATABASE_URL", env["BRAIN_DATABASE_URL"])
+    wf = load_target(str(folder / "flows.py"))
+    run_id = asyncio.run(wf.enqueue())
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*brain_argv(), "worker", str(folder)], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: running_step(tmp_path / "brain.db"), 20, "the step to run")
+        proc.send_signal(signal.SIGINT)
+        wait_for(lambda: "Ctrl-C again" in log.read_text(), 2, "the first stop message")
+        time.sleep(0.5)
+        assert proc.poll() is None  # the grace period
+        second = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=5)
+        assert time.monotonic() - second <= 5
+        assert "Traceback" not in log.read_text()
+        with sqlite3.connect(tmp_path / "brain.db") as db:
+            status = db.execute("SELECT status FROM brain_runs WHERE id = ?", (run_id,)).fetchone()
+        assert status == ("running",)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
