@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -59,6 +61,27 @@ _WRAPPERS = {
     "firejail", "valgrind", "catchsegv", "fakeroot", "proot", "torsocks", "proxychains",
     "proxychains4", "caffeinate", "chpst", "softlimit", "envdir", "setuidgid", "s6-setuidgid",
 }
+# Programs whose program text is code; (options that give the code, options taking an
+# argument). A placeholder may follow the program text, never stand in it or before it.
+_INTERPRETERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    name: (frozenset(code), frozenset(args)) for name, code, args in [
+        ("sed", ("-e", "--expression", "-f", "--file"), ("-l", "--line-length")),
+        ("awk", ("-f", "--file", "-e", "--source"), ("-F", "-v", "--field-separator", "--assign")),
+        ("gawk", ("-f", "--file", "-e", "--source"), ("-F", "-v", "--field-separator", "--assign")),
+        ("mawk", ("-f",), ("-F", "-v")),
+        ("nawk", ("-f",), ("-F", "-v")),
+        ("busybox", (), ()),
+        ("perl", ("-e", "-E"), ("-I", "-M", "-m")),
+        ("ruby", ("-e",), ("-I", "-r")),
+        ("node", ("-e", "--eval", "-p", "--print"), ("-r", "--require")),
+        ("nodejs", ("-e", "--eval", "-p", "--print"), ("-r", "--require")),
+        ("php", ("-r",), ("-d", "-c")),
+        ("lua", ("-e",), ("-l",)),
+        ("python", ("-c", "-m"), ("-W", "-X")),
+        ("Rscript", ("-e",), ()),
+        ("tclsh", (), ()),
+    ]}
+_PYTHON = re.compile(r"python[0-9.]*|pypy[0-9.]*")
 # Wrappers with no option that takes an argument: the first plain word is the program.
 _PLAIN_WRAPPERS = {"command", "builtin", "nohup", "setsid", "coproc", "time"}
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "ash", "yash", "posh",
@@ -109,6 +132,23 @@ def shell_problem(command: str) -> str | None:
     return _check(command)
 
 
+def argv_problem(words: Sequence[str]) -> str | None:
+    """The same rules for a program run without a shell (``argv=``, an MCP
+    ``server_command``): a placeholder may not be the program, nor what a program it
+    runs takes as code (``sh -c {x}``, ``env {x}``, ``python -c {x}``...).
+
+    >>> argv_problem(["grep", "--", "{pattern}", "notes.txt"]) is None
+    True
+    """
+    if not any(placeholders.has_placeholders(w) for w in words):
+        return None
+    # Each literal piece quoted, each placeholder bare: what a shell would run.
+    command = " ".join(
+        "".join(shlex.quote(p) if isinstance(p, str) else p.text for p in placeholders.parse(w))
+        or "''" for w in words)
+    return _check(command)
+
+
 @lru_cache(maxsize=1024)
 def _check(command: str) -> str | None:
     parts = placeholders.parse(command)
@@ -130,10 +170,21 @@ def _check(command: str) -> str | None:
         pieces.append(text)
         size += len(text.encode())
     marked = "".join(pieces)
+    first = spans[0][0].text
+    blank = _odd_blank(marked)
+    if blank:
+        return (f"the command has placeholders (first {first}) and {blank}, which the shells and "
+                f"the check could read differently; use plain spaces and newlines, or pass the "
+                f"values through env= or stdin=")
+    # The shells join a backslash-newline before anything else: judge the joined text, so
+    # what the joining glues together is judged together.
+    marked = _join_continuations(marked)
     source = marked.encode()
+    spans = [(ref, source.find(f"{prefix}{i}_".encode()),
+              source.find(f"{prefix}{i}_".encode()) + len(f"{prefix}{i}_"))
+             for i, (ref, _, _) in enumerate(spans)]
     tree = _parser().parse(source)
     root = tree.root_node
-    first = spans[0][0].text
     if root.has_error:
         bad = _first_error(root)
         line = bad.start_point[0] + 1 if bad is not None else 1
@@ -154,6 +205,37 @@ def _check(command: str) -> str | None:
     return None
 
 
+_CONTINUATION = re.compile(r"(\\+)\n")
+_ALIAS_WORD = re.compile(r"(?<![\w-])(un)?alias(?![\w-])")
+_SET_KEYWORD = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*(?:\s[-+][a-zA-Z]*k|keyword)")
+
+
+def _join_continuations(text: str) -> str:
+    """``text`` with every backslash-newline line continuation removed (an even run of
+    backslashes before a newline is escaped backslashes, and stays)."""
+    def join(m: re.Match[str]) -> str:
+        run = m.group(1)
+        return run[:-1] if len(run) % 2 else m.group(0)
+
+    return _CONTINUATION.sub(join, text)
+
+
+def _odd_blank(text: str) -> str | None:
+    """Blanks that tree-sitter and the shells do not agree on, or ``None``."""
+    for ch, what in (("\r", "a carriage return"), ("\v", "a vertical tab"),
+                     ("\f", "a form feed")):
+        if ch in text:
+            return f"contains {what}"
+    if "\\ " in text or "\\\t" in text:
+        return "contains a backslash before a space or tab"
+    odd = next((c for c in text if not c.isascii() and (c.isspace() or
+                                                         unicodedata.category(c) in ("Zs", "Cf"))),
+               None)
+    if odd is not None:
+        return f"contains the character U+{ord(odd):04X} (a space that is not a plain space)"
+    return None
+
+
 def _first_error(root: Node) -> Node | None:
     return next((n for n in _walk(root) if n.type == "ERROR" or n.is_missing), None)
 
@@ -171,6 +253,11 @@ def _walk(root: Node) -> list[Node]:
 
 def _global_problem(root: Node, marked: str) -> str | None:
     """Template-wide reasons no placeholder can be trusted."""
+    if _ALIAS_WORD.search(marked):
+        return ("the command mentions alias, which could turn any word into code (however "
+                "it is run: alias, command alias, eval 'alias ...')")
+    if _SET_KEYWORD.search(marked):
+        return "set -k / set -o keyword makes any NAME=value argument an assignment"
     for node in _walk(root):
         name = node.child_by_field_name("name") if node.type == "command" else None
         if name is not None and _literal(name) in ("alias", "unalias"):
@@ -449,6 +536,59 @@ class _Marker:
             self.check_shell(base, words)
         elif base in _WRAPPERS:
             self.check_wrapper(base, words)
+        elif base in _INTERPRETERS or _PYTHON.fullmatch(base):
+            self.check_program_text(base, words)
+        elif base == "find":
+            self.check_find(words)
+
+    def check_program_text(self, name: str, words: list[Node]) -> None:
+        """``sed``/``awk``/``perl -e``/``python -c``…: their program text is code (sed's
+        ``e``, awk's ``system()``): placeholders only after it, as data, never in it or in
+        an option. GNU sed takes options anywhere (even after its script), so there a
+        placeholder must follow ``--``."""
+        code_opts, arg_opts = _INTERPRETERS.get(name, _INTERPRETERS["python"])
+        anywhere = name == "sed"
+        refusal = _Refused(f"an option or the program text of {name}, which it runs as code",
+                           f"write {name}'s program literally and pass the value after it"
+                           + (" and after --" if anywhere else "") + ", or through env= or stdin=")
+        program = False
+        i = 0
+        while i < len(words):
+            word = words[i]
+            lit = _literal(word)
+            if self.hostile(word) or lit is None:
+                if program and not anywhere:
+                    return  # data, after the program
+                raise refusal
+            if lit == "--":
+                rest = words[i + 1:]
+                if not program and (not rest or self.hostile(rest[0]) or _literal(rest[0]) is None):
+                    raise refusal
+                return
+            if lit in code_opts or lit in arg_opts:
+                given = words[i + 1] if i + 1 < len(words) else None
+                if given is None or self.hostile(given) or _literal(given) is None:
+                    raise refusal
+                program = program or lit in code_opts
+                i += 2
+                continue
+            if not lit.startswith("-") or lit == "-":
+                program = True  # the program text or script file, written literally
+                if not anywhere:
+                    return
+            i += 1
+
+    def check_find(self, words: list[Node]) -> None:
+        """``find ... -exec PROGRAM ARGS ;``: the program is written out, and checked."""
+        for i, word in enumerate(words):
+            if _literal(word) in ("-exec", "-execdir", "-ok", "-okdir") and i + 1 < len(words):
+                program = words[i + 1]
+                prog = _literal(program)
+                if self.hostile(program) or prog is None:
+                    raise _Refused("the program find -exec runs", "write the program literally")
+                end = next((j for j in range(i + 2, len(words))
+                            if _literal(words[j]) in (";", "+", "\\;")), len(words))
+                self.check_args(prog, words[i + 2:end])
 
     def check_printf(self, words: list[Node]) -> None:
         """``printf [-v NAME] [--] FORMAT ARGS``: options and format must be written out."""

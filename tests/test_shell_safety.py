@@ -230,3 +230,63 @@ def test_accepted_forms_pass_any_value_through_as_data_in_both_shells(value: str
             for name in SHELLS:
                 done = run_in(name, command, Path(where))
                 assert done.stdout.decode("utf-8", "surrogateescape") == want, (name, template)
+
+
+# --- found by the review after the parser landed --------------------------------------------
+
+REVIEW_REPRODUCTIONS = [
+    # Line continuations join what the check saw apart.
+    ("echo price: $\\\n{trigger.body}", {"{trigger.body}": "\\'\";touch MARK;#"}),
+    ("echo $(\\\n(echo {trigger.body}))", {"{trigger.body}": "$(touch MARK)"}),
+    ("cat > run.sh <<EOF\nmake all \\\nEOF\necho {trigger.body}", {"{trigger.body}": "$(touch MARK)"}),
+    ("echo {x}; test -v $\\\n_", {"{x}": "a[$(touch${IFS}MARK)]"}),
+    # Blanks tree-sitter reads as spaces and the shells do not.
+    ("sh -c 'echo hi'\v{trigger.body}", {"{trigger.body}": "$(touch MARK)"}),
+    ("sh -c 'echo hi'\\ {trigger.body}", {"{trigger.body}": "$(touch MARK)"}),
+    ("sh -c 'echo hi'\u2003{trigger.body}", {"{trigger.body}": "$(touch MARK)"}),
+    ("echo start \\\r\n  {a} {trigger.body}", {"{a}": "eval", "{trigger.body}": "touch MARK"}),
+    # Aliases and keywords made without writing them as commands.
+    ("command alias say=eval\nsay {trigger.body}", {"{trigger.body}": "touch MARK"}),
+    ("set -k; : PS4={trigger.body}; set -x; :", {"{trigger.body}": "$(touch MARK)"}),
+    # Programs that run their program text or another program.
+    ("echo a | sed s/a/{trigger.body}/", {"{trigger.body}": "b/;e touch MARK\n#"}),
+    ("find . -maxdepth 0 -exec {x} {a} \\;", {"{x}": "touch", "{a}": "MARK"}),
+]
+
+
+@pytest.mark.parametrize(("template", "values"), REVIEW_REPRODUCTIONS,
+                         ids=[repr(r[0])[:40] for r in REVIEW_REPRODUCTIONS])
+def test_review_reproductions_are_definition_errors(template: str, values: dict[str, str]) -> None:
+    def body():
+        shell("x", command="true")
+        shell("a", command="true")
+        shell("risky", command=template)
+
+    message = definition_error(body, name="repro")
+    assert message.startswith("workflow 'repro', step 'risky': "), message
+    assert any(hint in message for hint in ("env=", "stdin=", "argv=", "bare", "write")), message
+
+
+@needs_shells
+@pytest.mark.parametrize(("template", "values"), REVIEW_REPRODUCTIONS,
+                         ids=[repr(r[0])[:40] for r in REVIEW_REPRODUCTIONS])
+def test_review_reproductions_really_run_the_value(template: str, values: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    assert injects(template, values, tmp_path), template
+
+
+@pytest.mark.parametrize("argv", [["sh", "-c", "{x}"], ["env", "{x}"], ["python3", "-c", "{x}"],
+                                  ["find", ".", "-exec", "{x}", ";"]])
+def test_argv_follows_the_same_rules_as_a_command(argv: list[str]) -> None:
+    def body():
+        shell("x", command="true")
+        shell("risky", argv=argv)
+
+    assert "argv:" in definition_error(body, name="repro")
+
+
+@pytest.mark.parametrize("template", [
+    "echo a \\\n  {x}", "sed -e s/a/b/ -- {x}", "python3 -c 'import sys; print(sys.argv[1])' {x}",
+    "find {x} -name '*.py'", "perl -ne 'print' {x}", "set -e; echo {x}"])
+def test_forms_near_the_review_findings_stay_accepted(template: str) -> None:
+    assert shell_problem(template) is None

@@ -82,6 +82,9 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
             raise tracer.error(name, f"a placeholder cannot stand in the program to run "
                                      f"(argv[0] is {argv_items[0]!r}): write the executable "
                                      f"literally and pass values as later argv items")
+        problem = shell_check.argv_problem(argv_items)
+        if problem:
+            raise tracer.error(name, f"argv: {problem}")
     stdin_text = None if stdin is None else tracer.template(name, "stdin", stdin, refs)
     env_values = _env_templates(tracer, name, env, refs)
     if cwd is not None and not isinstance(cwd, str):
@@ -224,6 +227,9 @@ def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
         raise tracer.error(name, f"a placeholder cannot stand in the program to run "
                                  f"({words[0]!r}): write the executable literally")
     words = [words[0], *(tracer.template(name, "server_command", w, refs) for w in words[1:])]
+    problem = shell_check.argv_problem(words)
+    if problem:
+        raise tracer.error(name, f"server_command: {problem}")
     if not isinstance(tool, str) or not tool:
         raise tracer.error(name, "tool must be the tool's name, a non-empty string")
     if placeholders.has_placeholders(tool):
