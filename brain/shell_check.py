@@ -155,7 +155,8 @@ def _check(command: str) -> str | None:
     if not any(isinstance(p, placeholders.Ref) for p in parts):
         return None
     prefix = "_brainph"
-    while prefix in command:
+    joined_command = _join_continuations(command)
+    while prefix in command or prefix in joined_command:
         prefix += "x"
     pieces: list[str] = []
     spans: list[tuple[placeholders.Ref, int, int]] = []
@@ -176,13 +177,21 @@ def _check(command: str) -> str | None:
         return (f"the command has placeholders (first {first}) and {blank}, which the shells and "
                 f"the check could read differently; use plain spaces and newlines, or pass the "
                 f"values through env= or stdin=")
+    unjoinable = _continuation_not_joined(marked)
+    if unjoinable:
+        return (f"the command has placeholders (first {first}) and a backslash at the end of a "
+                f"line {unjoinable}, where the shells do not join lines; remove it, or pass the "
+                f"values through env= or stdin=")
     # The shells join a backslash-newline before anything else: judge the joined text, so
     # what the joining glues together is judged together.
     marked = _join_continuations(marked)
     source = marked.encode()
-    spans = [(ref, source.find(f"{prefix}{i}_".encode()),
-              source.find(f"{prefix}{i}_".encode()) + len(f"{prefix}{i}_"))
-             for i, (ref, _, _) in enumerate(spans)]
+    markers = [f"{prefix}{i}_".encode() for i in range(len(spans))]
+    if any(source.count(m) != 1 for m in markers):
+        return (f"placeholder {first} cannot be checked: the command's text reads like the "
+                f"check's own markers; {_ADVICE}")
+    spans = [(ref, source.find(m), source.find(m) + len(m))
+             for (ref, _, _), m in zip(spans, markers, strict=True)]
     tree = _parser().parse(source)
     root = tree.root_node
     if root.has_error:
@@ -191,9 +200,6 @@ def _check(command: str) -> str | None:
         return (f"the command has placeholders (first {first}) but does not parse as a shell "
                 f"script (line {line}), so it cannot be checked; fix the syntax, or pass the "
                 f"values through env= or stdin=")
-    problem = _global_problem(root, marked)
-    if problem:
-        return f"placeholder {first} cannot be checked: {problem}; {_ADVICE}"
     for ref, start, end in spans:
         try:
             _Marker(source, prefix, start, end).check(root)
@@ -202,12 +208,38 @@ def _check(command: str) -> str | None:
         except RecursionError:
             return (f"placeholder {ref.text} is nested too deeply to be checked; "
                     f"{_ADVICE}")
+    # Where each placeholder stands is fine; now what else in the command could still
+    # turn its value into code.
+    problem = _global_problem(root, marked)
+    if problem:
+        return f"placeholder {first} cannot be checked: {problem}; {_ADVICE}"
     return None
 
 
 _CONTINUATION = re.compile(r"(\\+)\n")
-_ALIAS_WORD = re.compile(r"(?<![\w-])(un)?alias(?![\w-])")
+_BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 _SET_KEYWORD = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*(?:\s[-+][a-zA-Z]*k|keyword)")
+
+
+_NOT_JOINED = {"comment": "in a comment", "heredoc_body": "in a here-document",
+               "heredoc_content": "in a here-document", "raw_string": "inside single quotes",
+               "ansi_c_string": "inside $'…'"}
+
+
+def _continuation_not_joined(text: str) -> str | None:
+    """Where a backslash-newline stands that the shells would not join (a comment, quoted
+    text, a here-document body), or ``None``; joining it there would misjudge the rest."""
+    if "\\\n" not in text:
+        return None
+    source = text.encode()
+    for node in _walk(_parser().parse(source).root_node):
+        where = _NOT_JOINED.get(node.type)
+        if where is None:
+            continue
+        end = node.end_byte
+        if b"\\\n" in (node.text or b"") or (source[end - 1:end + 1] == b"\\\n"):
+            return where
+    return None
 
 
 def _join_continuations(text: str) -> str:
@@ -253,11 +285,22 @@ def _walk(root: Node) -> list[Node]:
 
 def _global_problem(root: Node, marked: str) -> str | None:
     """Template-wide reasons no placeholder can be trusted."""
-    if _ALIAS_WORD.search(marked):
+    # Quotes and backslashes removed, as the shell removes them from words: al''ias, a\lias.
+    bare = re.sub(r"['\"\\\\]", "", marked)
+    if "alias" in bare.lower():
         return ("the command mentions alias, which could turn any word into code (however "
-                "it is run: alias, command alias, eval 'alias ...')")
-    if _SET_KEYWORD.search(marked):
+                "it is run: alias, command alias, eval 'alias ...', BASH_ALIASES)")
+    if _SET_KEYWORD.search(bare):
         return "set -k / set -o keyword makes any NAME=value argument an assignment"
+    if "$'" in marked:
+        return "it uses $'…' quoting, which dash does not have (it reads it differently)"
+    if _UNDERSCORE.search(marked) or _DOLLAR_UNDERSCORE.search(marked):
+        return ("it uses the shell variable _ (the last argument, so a placeholder's value), "
+                "which bash evaluates in arithmetic and subscripts")
+    for node in _walk(root):
+        if node.type in ("word", "concatenation", "brace_expression") \
+                and _BRACES.search(_text(node)):
+            return "it uses brace expansion ({a,b}), which bash turns into several words"
     for node in _walk(root):
         name = node.child_by_field_name("name") if node.type == "command" else None
         if name is not None and _literal(name) in ("alias", "unalias"):
@@ -653,11 +696,9 @@ class _Marker:
 
     def check_wrapper(self, name: str, words: list[Node]) -> None:
         """``env``/``exec``/``xargs``…: the program they run must be written out first."""
-        found = after_option = False
+        after_option = False
         for i, word in enumerate(words):
-            if self.hostile(word):
-                if found:
-                    return
+            if self.hostile(word):  # before the program is certain: it may be the program
                 raise _Refused(f"an argument of {name}, which may take it as the program to run "
                                f"(or as one of its options)", "write the program after "
                                f"{name} literally and the placeholder after it")
@@ -668,12 +709,11 @@ class _Marker:
             if lit.startswith("-") or "=" in lit or re.fullmatch(r"[0-9.]+[smhd]?", lit):
                 after_option = lit.startswith("-")
                 continue
-            found = True
             # Right after an option this may be the option's argument, so the program may
             # come later: check every such candidate until one is certain.
             self.check_args(lit, words[i + 1:])
             if name in _PLAIN_WRAPPERS or not after_option:
-                return
+                return  # certain: check_args judged the rest
             after_option = False
         raise _Refused(f"an argument of {name}")  # pragma: no cover - marker is a word
 

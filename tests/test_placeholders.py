@@ -254,7 +254,6 @@ def test_placeholder_inside_quotes_or_here_document_is_a_problem(command: str, c
         "awk '{print $2}' {x}",
         "echo 'quoted' {x} \"also quoted\"",
         "echo \\'{x}\\'",
-        "echo $'it\\'s' {x}",
         "echo '{{x}}' \"{{x}}\" {x}",
         "cat <<EOF\nliteral {{x}}\nEOF",
         "cat <<EOF\nhello\nEOF\necho {x}",
@@ -324,3 +323,8 @@ def test_trigger_fields_given_as_nodes_render_like_the_written_placeholder() -> 
     assert steps[0].command == steps[1].command == "printf '%s' {trigger.body}"
     result = node_vs_text(trigger={"body": "x'; echo INJECTED"})
     assert result.steps["node"].output == result.steps["text"].output == "x'; echo INJECTED"
+
+
+def test_dollar_single_quotes_anywhere_are_refused_dash_reads_them_differently() -> None:
+    problem = shell_problem("echo $'it\\'s' {x}")
+    assert problem is not None and "$'" in problem

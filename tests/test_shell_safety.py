@@ -251,6 +251,20 @@ REVIEW_REPRODUCTIONS = [
     # Programs that run their program text or another program.
     ("echo a | sed s/a/{trigger.body}/", {"{trigger.body}": "b/;e touch MARK\n#"}),
     ("find . -maxdepth 0 -exec {x} {a} \\;", {"{x}": "touch", "{a}": "MARK"}),
+    # Second round: continuations the shells do not join, forged markers, obfuscated
+    # aliases and keywords, wrapper options, $'…', _ and brace expansion.
+    ("echo start # see C:\\\ncat <<EOF\nHello {trigger.body}\nEOF",
+     {"{trigger.body}": "$(touch MARK)"}),
+    ("cat <<'E'\nx\\\nE\ncat <<F\nE\necho {trigger.body}\nF", {"{trigger.body}": "$(touch MARK)"}),
+    ("echo _brain\\\nph0_\neval {trigger.body}", {"{trigger.body}": "touch MARK"}),
+    ("command al''ias say=eval\nsay {trigger.body}", {"{trigger.body}": "touch MARK"}),
+    ("BASH_ALIASES[say]=eval\nsay {trigger.body}", {"{trigger.body}": "touch MARK"}),
+    ("env -u HOME {trigger.body} {a}", {"{trigger.body}": "touch", "{a}": "MARK"}),
+    ("echo $'\\'' {trigger.body} \\'", {"{trigger.body}": ";touch MARK;#"}),
+    ("echo {x}\nlet n=_", {"{x}": "a[$(touch MARK)]"}),
+    ("echo {x}\necho ${HOME:_}", {"{x}": "a[$(touch MARK)]"}),
+    ("s\\et -k\n: n={x}\necho $((n))", {"{x}": "a[$(touch MARK)]"}),
+    ("sh {-c,} {trigger.body}", {"{trigger.body}": "touch MARK"}),
 ]
 
 
