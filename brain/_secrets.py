@@ -38,9 +38,14 @@ def remember(value: str | None) -> None:
     global _pattern
     if not value or len(value) < MIN_SECRET_LENGTH or value in _values:
         return
+    from urllib.parse import quote, quote_plus
+
     forms = {value, json.dumps(value)[1:-1], repr(value)[1:-1],
              json.dumps(value, ensure_ascii=False)[1:-1],
+             json.dumps(json.dumps(value))[3:-3], repr(repr(value))[2:-2],
+             quote(value, safe=""), quote_plus(value),
              value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")}
+    forms |= {f.strip() for f in forms}  # as printed: a trailing newline is often dropped
     with _lock:
         _values.update(f for f in forms if len(f) >= MIN_SECRET_LENGTH)
         # Longest first, so a secret that contains another is replaced whole.
@@ -86,6 +91,11 @@ def scrub(text: str | None, extra: Iterable[str] = ()) -> str | None:
     out.append(REDACTED)
     out.append(text[pos:])
     return "".join(out)
+
+
+def longest() -> int:
+    """The length of the longest secret value remembered (0 when none)."""
+    return max((len(v) for v in _values), default=0)
 
 
 def known_count() -> int:

@@ -218,6 +218,9 @@ def _check(command: str) -> str | None:
 
 _CONTINUATION = re.compile(r"(\\+)\n")
 _BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+# [[ … ]], ((…)) (not $((…))), $[…], a[…]=, ${v/pattern/…}: bash-only, and dash or
+# tree-sitter read them differently from bash.
+_BASH_ONLY = re.compile(r"\[\[|(?<!\$)\(\(|\$\[|[\w\]]\[[^\]\n]*\]\+?=|\$\{[#!]?\w+//?")
 _SET_KEYWORD = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*(?:\s[-+][a-zA-Z]*k|keyword)")
 
 
@@ -294,6 +297,10 @@ def _global_problem(root: Node, marked: str) -> str | None:
         return "set -k / set -o keyword makes any NAME=value argument an assignment"
     if "$'" in marked:
         return "it uses $'…' quoting, which dash does not have (it reads it differently)"
+    bash_only = _BASH_ONLY.search(marked)
+    if bash_only:
+        return (f"it uses {bash_only.group(0).strip()!r}, bash-only syntax that dash reads "
+                f"differently (a << inside it starts a here-document in dash)")
     if _UNDERSCORE.search(marked) or _DOLLAR_UNDERSCORE.search(marked):
         return ("it uses the shell variable _ (the last argument, so a placeholder's value), "
                 "which bash evaluates in arithmetic and subscripts")
@@ -456,6 +463,8 @@ class _Marker:
                         raise _Refused("the target of >& or <&, which bash expands a second "
                                        "time when it is not a descriptor number",
                                        "write > {x} (or &> {x}) to send output to a file")
+                    if any(c.type in ("<", "<>") for c in node.children):
+                        self.check_input_of(_owner_command(node))
                     self.climb_statement(node)
                     return
                 # tree-sitter files the words after a redirection under it: they are
@@ -584,6 +593,18 @@ class _Marker:
         elif base == "find":
             self.check_find(words)
 
+    def check_input_of(self, cmd: Node | None) -> None:
+        """``sh < {x}``, ``. /dev/stdin < {x}``: a file the value names would be read as the
+        script. Any command that reads its program from stdin is refused."""
+        name_node = cmd.child_by_field_name("name") if cmd is not None else None
+        name = _literal(name_node) if name_node is not None else None
+        base = (name or "").rsplit("/", 1)[-1]
+        if (name is None or base in _SHELLS or base in _RUNS_CODE or base in _WRAPPERS
+                or base in _INTERPRETERS or _PYTHON.fullmatch(base)):
+            raise _Refused(f"the file {base or 'a command'} reads from standard input, which it "
+                           f"may run as its script", "read the file with a fixed program, or "
+                           "pass its text through stdin=")
+
     def check_program_text(self, name: str, words: list[Node]) -> None:
         """``sed``/``awk``/``perl -e``/``python -c``…: their program text is code (sed's
         ``e``, awk's ``system()``): placeholders only after it, as data, never in it or in
@@ -622,7 +643,12 @@ class _Marker:
             i += 1
 
     def check_find(self, words: list[Node]) -> None:
-        """``find ... -exec PROGRAM ARGS ;``: the program is written out, and checked."""
+        """``find ... -exec PROGRAM ARGS ;``: the program is written out, and checked; and no
+        value may split into several words (``-name $(…)``), which could add an ``-exec``."""
+        for word in words:
+            if self.hostile(word) and not _single(word):
+                raise _Refused("unquoted $(…) output among find's arguments, where it could split "
+                               "into several (-exec …)", 'write it in double quotes: "$(…)"')
         for i, word in enumerate(words):
             if _literal(word) in ("-exec", "-execdir", "-ok", "-okdir") and i + 1 < len(words):
                 program = words[i + 1]
@@ -685,6 +711,10 @@ class _Marker:
                 i += 1
                 break
             if lit in _SHELL_OPTS_WITH_ARG:
+                given = words[i + 1] if i + 1 < len(words) else None
+                if given is None or self.hostile(given) or _literal(given) is None:
+                    raise _Refused(f"the argument of {name} {lit} (a file or option it runs)",
+                                   "write it literally")
                 i += 2
             elif lit.startswith(("-", "+")):
                 i += 1

@@ -215,3 +215,57 @@ def test_another_workflows_literal_key_and_the_trigger_body_are_scrubbed(tmp_pat
     assert r.succeeded, r.error
     assert literal not in _stored_text(r)
     assert r.steps["show"].output == "***"
+
+
+def test_secrets_in_more_quoted_forms_and_with_a_trailing_newline_are_scrubbed() -> None:
+    import json
+    from urllib.parse import quote
+
+    from brain._secrets import remember, scrub
+
+    value = 'quo"te\\back-secret-ABC'
+    remember(value)
+    assert scrub(json.dumps({"out": json.dumps({"k": value})})) == '{"out": "{\\"k\\": \\"***\\"}"}'
+    assert value not in (scrub(repr([repr(value)])) or "")
+    assert scrub(quote(value, safe="")) == "***"
+    remember("trailing-newline-secret-123\n")
+    assert scrub("got trailing-newline-secret-123") == "got ***"
+
+
+def test_a_secret_longer_than_the_tail_margin_leaves_no_fragment(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    value = "LONG" + "q" * 4992 + "END"
+    monkeypatch.setenv("LONG_TOKEN", value)
+    script = tmp_path / "long.sh"
+    script.write_text('printf "%s" "$T" >&2; head -c 8000 /dev/zero | tr "\\\\0" x >&2; exit 1\n')
+
+    @workflow(name="long_secret")
+    def long_secret():
+        shell("noisy", argv=["sh", str(script)], env={"T": secret("LONG_TOKEN")})
+
+    r = long_secret.run(store=MemoryStore())
+    stored = _stored_text(r)
+    assert "qqqqqqqqEND" not in stored and "LONGqqqq" not in stored
+
+
+def test_a_provider_url_password_is_a_secret_in_every_form(tmp_path: Path) -> None:
+    import base64
+
+    from brain import llm
+    from brain._secrets import scrub
+
+    @workflow(name="url_password")
+    def url_password():
+        llm("ask", prompt="hi", model="m", provider_url="http://admin:UrlPassw0rd-secret@127.0.0.1:9/v1")
+
+    url_password.run(store=MemoryStore())
+    basic = base64.b64encode(b"admin:UrlPassw0rd-secret").decode()
+    assert scrub(f"auth was: Basic {basic}") == "auth was: Basic ***"
+    assert scrub("UrlPassw0rd-secret") == "***"
+
+    @workflow(name="short_url_password")
+    def short_url_password():
+        llm("ask", prompt="hi", model="m", provider_url="http://u:pw1@127.0.0.1:9/v1")
+
+    r = short_url_password.run(store=MemoryStore())
+    assert "shorter than 8" in (r.steps["ask"].error or "")

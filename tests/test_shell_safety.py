@@ -265,6 +265,15 @@ REVIEW_REPRODUCTIONS = [
     ("echo {x}\necho ${HOME:_}", {"{x}": "a[$(touch MARK)]"}),
     ("s\\et -k\n: n={x}\necho $((n))", {"{x}": "a[$(touch MARK)]"}),
     ("sh {-c,} {trigger.body}", {"{trigger.body}": "touch MARK"}),
+    # Third round: bash-only syntax dash reads differently, shell options' arguments, a
+    # script read from a file the value names, word-split $(…) output for find.
+    ('[[ a =~ x" ]]\necho {x}\n[[ a =~ x" ]]', {"{x}": "$(touch MARK)"}),
+    ("((x <<EOF))\necho {x}\nEOF", {"{x}": "$(touch MARK)"}),
+    ("echo $[x <<EOF]\necho {x}\nEOF", {"{x}": "$(touch MARK)"}),
+    ("a[x<<EOF]=1\necho {x}\nEOF", {"{x}": "$(touch MARK)"}),
+    ("v=a; echo ${v/x'/y}\necho {x}\necho ${v/x'/y}", {"{x}": "$(touch MARK)"}),
+    ("printf '%s\\n' {a} > s.sh; sh < {x}", {"{a}": "touch MARK", "{x}": "s.sh"}),
+    ("find /dev/null -name $(printf %s {x})", {"{x}": "x -o -exec touch MARK ;"}),
 ]
 
 
@@ -290,7 +299,8 @@ def test_review_reproductions_really_run_the_value(template: str, values: dict[s
 
 
 @pytest.mark.parametrize("argv", [["sh", "-c", "{x}"], ["env", "{x}"], ["python3", "-c", "{x}"],
-                                  ["find", ".", "-exec", "{x}", ";"]])
+                                  ["find", ".", "-exec", "{x}", ";"],
+                                  ["bash", "--rcfile", "{x}", "-i", "-c", "true"]])
 def test_argv_follows_the_same_rules_as_a_command(argv: list[str]) -> None:
     def body():
         shell("x", command="true")

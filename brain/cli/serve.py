@@ -76,7 +76,8 @@ class _Throttle(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.msg if isinstance(record.msg, str) else ""
-        if not message.startswith(self._NOISY):
+        # Any line of the HTTP server's own is something a client can make it say.
+        if not (message.startswith(self._NOISY) or record.name.startswith("uvicorn")):
             return True
         now = time.monotonic()
         if now - self._last.get(message, float("-inf")) < 1.0:

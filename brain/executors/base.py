@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from brain._errors import StepFailed
-from brain._secrets import MIN_SECRET_LENGTH, remember, scrub
+from brain._secrets import MIN_SECRET_LENGTH, longest, remember, scrub
 from brain.dsl.model import SecretRef
 
 #: ``resolve(text, shell_quote)`` fills in a template for the current run.
@@ -131,7 +131,8 @@ def tail_text(data: bytes, limit: int = 8192) -> str | None:
     no fragment of one survives it), or ``None`` when empty."""
     if not data:
         return None
-    text = scrub(data[-(limit + TAIL_MARGIN):].decode("utf-8", errors="replace")) or ""
+    margin = max(TAIL_MARGIN, 4 * longest())  # a secret the cut splits is still seen whole
+    text = scrub(data[-(limit + margin):].decode("utf-8", errors="replace")) or ""
     return text.encode("utf-8")[-limit:].decode("utf-8", errors="ignore")
 
 

@@ -91,14 +91,22 @@ def _check_url(url: str) -> None:
 
 def _remember_url_password(url: str) -> None:
     """A password in the provider URL is a secret too (scrubbed wherever it shows up)."""
+    import base64
     from urllib.parse import unquote, urlsplit
 
     try:
-        password = urlsplit(url).password
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
     except ValueError:
         return
     if password:
-        remember(unquote(password))
+        password = unquote(password)
+        if len(password) < MIN_SECRET_LENGTH:
+            raise StepFailed(f"the password in the provider URL is shorter than {MIN_SECRET_LENGTH} "
+                             f"characters: too short to keep out of stored outputs", retryable=False)
+        remember(password)
+        # As an HTTP client sends it (Basic auth), in case a server echoes it back.
+        remember(base64.b64encode(f"{unquote(user or '')}:{password}".encode()).decode())
 
 
 def _preview(text: str) -> str:

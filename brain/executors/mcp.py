@@ -21,6 +21,7 @@ import tempfile
 from typing import Any
 
 from brain._errors import StepFailed
+from brain._secrets import longest
 from brain.dsl.model import McpStepSpec, SecretRef
 from brain.executors.base import (
     TAIL_MARGIN,
@@ -179,7 +180,7 @@ def _tail(errlog: Any) -> str | None:
     errlog.flush()
     errlog.seek(0, os.SEEK_END)
     size = errlog.tell()
-    errlog.seek(max(0, size - STDERR_TAIL - TAIL_MARGIN))
+    errlog.seek(max(0, size - STDERR_TAIL - max(TAIL_MARGIN, 4 * longest())))
     return tail_text(errlog.read(), STDERR_TAIL)
 
 

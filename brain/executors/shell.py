@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from brain._errors import StepFailed
+from brain._secrets import longest
 from brain.dsl.model import ShellStepSpec
 from brain.executors.base import (
     TAIL_MARGIN,
@@ -89,7 +90,7 @@ class ShellExecutor:
         assert proc.stdout is not None and proc.stderr is not None
         limit = spec.max_output_bytes
         stdout = _Collector(proc.stdout, limit=limit + 1)
-        stderr = _Collector(proc.stderr, keep_tail=8192 + TAIL_MARGIN)
+        stderr = _Collector(proc.stderr, keep_tail=8192 + max(TAIL_MARGIN, 4 * longest()))
         readers = [asyncio.ensure_future(stdout.run()), asyncio.ensure_future(stderr.run())]
         try:
             if stdin_data is not None:

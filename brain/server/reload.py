@@ -71,7 +71,9 @@ class Reloader:
         new: dict[str, Workflow] = {}
         if exists:
             try:
-                new = load_file(file)
+                # Off the event loop: a file's import may take its time (or even call this
+                # server), and heartbeats, webhooks and the API must go on meanwhile.
+                new = await asyncio.to_thread(load_file, file)
             except WorkflowLoadError as exc:
                 log.error("reload: %s (keeping its last good version)", exc)
                 return

@@ -323,6 +323,10 @@ class BrainService:
     async def replace_workflows(self, workflows: Mapping[str, Workflow]) -> None:
         """Swap in a new set of workflows (``--reload``): hooks, schedules and watchers follow."""
         hooks = hook_routes(workflows)  # raises on a duplicate path, changing nothing
+        from brain.runner.engine import remember_known_secrets
+
+        for wf in workflows.values():  # scrubbed from what is stored from now on
+            remember_known_secrets(wf)
         self.workflows = dict(workflows)
         self.hooks = hooks
         if self.triggers:

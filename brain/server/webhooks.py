@@ -37,7 +37,8 @@ _STAMPED_PREFIX = re.compile(rb"[0-9]+\.")
 def parse_timestamp(value: str) -> int | None:
     """The ``X-Brain-Timestamp`` value as Unix seconds, or ``None`` when it is not ASCII digits."""
     raw = value.encode("utf-8", "surrogateescape")
-    return int(raw) if _TIMESTAMP.fullmatch(raw) else None
+    # No Unix time has more than 20 digits (and int() refuses over 4,300).
+    return int(raw) if len(raw) <= 20 and _TIMESTAMP.fullmatch(raw) else None
 
 
 def looks_stamped(body: bytes) -> bool:

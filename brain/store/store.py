@@ -61,6 +61,12 @@ _PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "ssl
 
 def redact_url(url: str) -> str:
     """``url`` with any password, in its user part or its query, shown as ``***``."""
+    scheme, sep, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    if sep and authority.count("@") > 1:  # an unescaped @ in the password: hide up to the last
+        userinfo, host = authority.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" + rest[len(authority):].split("?", 1)[0]
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -78,6 +84,9 @@ def _url_passwords(url: str) -> list[str]:
     except ArgumentError:
         return []
     found = [parsed.password] if parsed.password else []
+    authority = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0]
+    if authority.count("@") > 1 and ":" in authority:  # an unescaped @ in the password
+        found.append(authority.rsplit("@", 1)[0].split(":", 1)[1])
     for key, value in parsed.query.items():
         if key.lower() in _PASSWORD_QUERY_KEYS:
             found.extend([value] if isinstance(value, str) else list(value))
@@ -166,7 +175,8 @@ class Store(QueueMixin):
             elif check_schema:
                 await schema.ensure_current(engine, auto_upgrade=url.get_backend_name() == "sqlite",
                                             shown_url=self.shown_url)
-        except (StoreError, SQLAlchemyError, OSError) as exc:
+        except (StoreError, SQLAlchemyError, OSError, TypeError, ValueError) as exc:
+            # TypeError/ValueError: the driver refused a URL option (e.g. ?sslmode= for asyncpg).
             await engine.dispose()
             await auto.dispose()
             # A connection that failed to open stops its aiosqlite thread without waiting;
@@ -246,7 +256,7 @@ class Store(QueueMixin):
             async with self._connection() as conn:
                 result = await conn.execute(statement, params)
                 return result if not result.returns_rows else _Buffered(list(result.all()))
-        return await asyncio.shield(_retrying(go) if retry else go())
+        return await _shielded(_retrying(go) if retry else go())
 
     async def _transaction(self, statements: list[tuple[Any, Any]]) -> None:
         """Run ``(statement, params)`` pairs atomically.
@@ -260,7 +270,7 @@ class Store(QueueMixin):
                 async with self.engine.begin() as conn:
                     for statement, params in statements:
                         await conn.execute(statement, params)
-            await asyncio.shield(_retrying(go))
+            await _shielded(_retrying(go))
             return
 
         # Group commit: transactions that arrive while one is being written wait and
@@ -674,6 +684,15 @@ _TRANSIENT_DRIVER_ERRORS = frozenset({
     "ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
     "AdminShutdownError", "CrashShutdownError", "TooManyConnectionsError",
     "ConnectionRejectionError"})
+
+
+async def _shielded(work: Any) -> Any:
+    """Await ``work`` shielded from the caller's cancellation; if the caller goes away (a
+    timed-out heartbeat), the work's eventual error is collected, not reported as
+    "never retrieved"."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return await asyncio.shield(task)
 
 
 async def _retrying(attempt: Any) -> Any:

@@ -70,3 +70,10 @@ def test_a_closed_stdout_is_no_error(tmp_path: Path, brain_cmd: list[str]) -> No
                                 stderr=subprocess.PIPE, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_url_option_the_driver_refuses_is_one_line(tmp_path: Path, brain_cmd: list[str],
+                                                      pg_url: str) -> None:
+    line = _one_line_exit_2(_brain(brain_cmd, "runs", url=f"{pg_url}?sslmode=require",
+                                   cwd=tmp_path))
+    assert "sslmode" in line

@@ -37,6 +37,7 @@ def test_a_run_id_longer_than_any_run_id_is_not_found(db_url: str) -> None:
     "postgresql+asyncpg://u@127.0.0.1:1/db?password=SuperSecretPw123",
     "postgresql+asyncpg://u:SuperSecretPw123@127.0.0.1:1/db",
     "postgresql+asyncpg://u@127.0.0.1:1/db?sslpassword=SuperSecretPw123&x=1",
+    "postgresql+asyncpg://u:Db@SuperSecretPw123@127.0.0.1:1/db",
 ])
 def test_database_passwords_are_redacted_wherever_they_are_written(url: str) -> None:
     assert "SuperSecretPw123" not in redact_url(url)
@@ -47,9 +48,19 @@ def test_client_caused_log_lines_are_throttled() -> None:
     throttle = _Throttle()
 
     def record(message: str) -> logging.LogRecord:
-        return logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, message, None, None)
+        name = "uvicorn.error" if message[0].isupper() else "brain.server"
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, message, None, None)
 
     passed = [throttle.filter(record("Exceeded concurrency limit.")) for _ in range(1000)]
     assert passed.count(True) == 1
     assert throttle.filter(record("something the operator must see"))
     assert throttle.filter(record("something the operator must see"))
+    upgrade = [throttle.filter(record("Unsupported upgrade request.")) for _ in range(1000)]
+    assert upgrade.count(True) == 1
+
+
+def test_a_timestamp_too_long_for_any_time_is_refused_not_an_error() -> None:
+    from brain.server.webhooks import parse_timestamp
+
+    assert parse_timestamp("9" * 5000) is None
+    assert parse_timestamp("1700000000") == 1700000000
