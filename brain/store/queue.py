@@ -165,10 +165,13 @@ class QueueMixin:
         pick = (select(runs.c.id).where(runs.c.status == RunStatus.QUEUED.value,
                                         runs.c.workflow.in_(list(workflows)))
                 .order_by(runs.c.created_at).limit(1))
+        from brain.store.store import lease_clock
+
         for _ in range(5):
             now = utcnow()
-            values = dict(status=RunStatus.RUNNING.value, lease_owner=owner,
-                          lease_expires_at=now + timedelta(seconds=lease_seconds), started_at=now)
+            values = dict(status=RunStatus.RUNNING.value, lease_owner=owner, started_at=now,
+                          lease_expires_at=lease_clock(self.engine.dialect.name)
+                          + timedelta(seconds=lease_seconds))
             if self.engine.dialect.name == "postgresql":
                 async def claim(values: dict[str, Any] = values) -> str | None:
                     async with self.engine.begin() as conn:
@@ -210,11 +213,12 @@ class QueueMixin:
 
     async def expire_lease(self, run_id: str, owner: str | None) -> None:
         """End ``owner``'s lease on a run now (its process is known to be gone)."""
-        from brain.store.store import utcnow
+        from brain.store.store import lease_clock
 
         await self._one(update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner,
                                            runs.c.status == RunStatus.RUNNING.value)
-                        .values(lease_expires_at=utcnow()))
+                        .values(lease_expires_at=lease_clock(self.engine.dialect.name)
+                                - timedelta(seconds=1)))
 
     async def runs_of(self, owner: str) -> list[str]:
         """Running runs held by ``owner``'s lease."""

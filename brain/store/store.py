@@ -56,6 +56,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def lease_clock(dialect: str) -> Any:
+    """"Now" for leases: the database server's clock on PostgreSQL, where executors on several
+    machines compare leases (one whose clock runs ahead must not take live runs); this
+    machine's clock on SQLite, which one machine uses."""
+    return func.now() if dialect == "postgresql" else utcnow()
+
+
 _PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "sslkey_password")
 
 
@@ -342,19 +349,23 @@ class Store(QueueMixin):
             trigger_body=scrub(trigger.body), trigger_path=scrub(trigger.path),
             trigger_headers=_headers_json(trigger.headers),
             created_at=now, cancel_requested=False, previous_run_id=previous_run_id)
+        statements: list[tuple[Any, Any]] = [(insert(runs), row)]
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
                        lease_expires_at=now + timedelta(seconds=lease_seconds))
+            if self.engine.dialect.name == "postgresql":  # the lease by the server's clock
+                statements.append((update(runs).where(runs.c.id == run_id).values(
+                    lease_expires_at=func.now() + timedelta(seconds=lease_seconds)), None))
         step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
                             status=StepStatus.PENDING.value, tries=0)
                        for i, (name, kind) in enumerate(step_rows)]
-        await self._transaction([(insert(runs), row)]
+        await self._transaction(statements
                                 + ([(insert(steps), step_values)] if step_values else []))
         return now
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
         """Take a queued run, or a running one whose lease expired; ``True`` if taken."""
-        now = utcnow()
+        now = lease_clock(self.engine.dialect.name)
         result = await self._one(
                 update(runs)
                 .where(runs.c.id == run_id)
@@ -364,7 +375,7 @@ class Store(QueueMixin):
                                     runs.c.lease_expires_at < now))))
                 .values(status=RunStatus.RUNNING.value, lease_owner=owner,
                         lease_expires_at=now + timedelta(seconds=lease_seconds),
-                        started_at=func.coalesce(runs.c.started_at, now)))
+                        started_at=func.coalesce(runs.c.started_at, utcnow())))
         return bool(result.rowcount)
 
     async def set_previous_run(self, run_id: str, previous_run_id: str | None, *,
@@ -379,7 +390,8 @@ class Store(QueueMixin):
         """Renew the lease (when ``lease_seconds``); return (still ours, cancel requested)."""
         if lease_seconds is not None:
             await self._one(update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner)
-                            .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)),
+                            .values(lease_expires_at=lease_clock(self.engine.dialect.name)
+                                    + timedelta(seconds=lease_seconds)),
                             retry=False)
         row = (await self._one(select(runs.c.lease_owner, runs.c.cancel_requested)
                                .where(runs.c.id == run_id), retry=False)).first()
@@ -501,8 +513,9 @@ class Store(QueueMixin):
             abandoned = update(runs).where(runs.c.id == full,
                                            runs.c.status == RunStatus.RUNNING.value, same_owner)
             if not owner_gone:
-                abandoned = abandoned.where(or_(runs.c.lease_expires_at.is_(None),
-                                                runs.c.lease_expires_at < now))
+                abandoned = abandoned.where(or_(
+                    runs.c.lease_expires_at.is_(None),
+                    runs.c.lease_expires_at < lease_clock(self.engine.dialect.name)))
             statements.append(abandoned.values(**cancelled))
         statements.append(
             update(steps).where(steps.c.run_id == full,
@@ -615,8 +628,9 @@ class Store(QueueMixin):
 
     async def expired_runs(self) -> list[str]:
         """Ids of ``running`` runs whose lease has expired (their executor died)."""
+        now = lease_clock(self.engine.dialect.name)
         rows = await self._rows(select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
-                                                        runs.c.lease_expires_at < utcnow()))
+                                                        runs.c.lease_expires_at < now))
         return [str(r.id) for r in rows]
 
 

@@ -679,3 +679,23 @@ def test_a_write_waits_out_another_process_holding_the_lock(tmp_path: Path) -> N
 
     assert store_module.RETRY_SECONDS > 2
     asyncio.run(go())
+
+
+def test_on_postgresql_leases_run_on_the_servers_clock(pg_schema_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An executor whose clock runs 90 s ahead must not take a run whose lease is live."""
+    import brain.store.store as store_module
+
+    backend = Backend("postgresql", pg_schema_url, f"t{uuid.uuid4().hex[:12]}")
+
+    async def check(store: Store) -> None:
+        run_id = await make_run(store, backend.name(), owner="a:1:a", lease_seconds=30)
+        real = store_module.utcnow
+        monkeypatch.setattr(store_module, "utcnow", lambda: real() + timedelta(seconds=90))
+        assert await store.claim_run(run_id, "skewed:1:b", 30) is False
+        assert await store.expired_runs() == [] or run_id not in await store.expired_runs()
+        assert await store.claim_next([backend.name()], "skewed:1:b", 30) is None
+        ours, _ = await store.heartbeat(run_id, "a:1:a", 30)
+        assert ours
+
+    backend.run(check)
