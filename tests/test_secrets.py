@@ -269,3 +269,23 @@ def test_a_provider_url_password_is_a_secret_in_every_form(tmp_path: Path) -> No
 
     r = short_url_password.run(store=MemoryStore())
     assert "shorter than 8" in (r.steps["ask"].error or "")
+
+
+def test_a_secret_repeated_on_every_line_leaves_no_fragment_in_the_tail(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Scrubbing many copies shrinks the text a lot: the cut must still never keep a piece."""
+    value = "Bearer-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
+    monkeypatch.setenv("REPEATED_TOKEN", value)
+    script = tmp_path / "chatty.sh"
+    script.write_text('i=0; while [ $i -lt 2000 ]; do echo "Authorization: $T" >&2; '
+                      'i=$((i+1)); done; exit 1\n')
+
+    @workflow(name="chatty")
+    def chatty():
+        shell("noisy", argv=["sh", str(script)], env={"T": secret("REPEATED_TOKEN")})
+
+    r = chatty.run(store=MemoryStore())
+    stored = _stored_text(r)
+    for size in range(8, len(value)):
+        assert value[-size:] not in stored and value[:size] not in stored, size
+    assert "Authorization: ***" in (r.steps["noisy"].stderr or "")

@@ -131,8 +131,13 @@ def tail_text(data: bytes, limit: int = 8192) -> str | None:
     no fragment of one survives it), or ``None`` when empty."""
     if not data:
         return None
-    margin = max(TAIL_MARGIN, 4 * longest())  # a secret the cut splits is still seen whole
-    text = scrub(data[-(limit + margin):].decode("utf-8", errors="replace")) or ""
+    text = data[-(limit + max(TAIL_MARGIN, 4 * longest())):].decode("utf-8", errors="replace")
+    if len(data) > limit:
+        # The text was cut (here or by whoever kept it): its first characters may be the end
+        # of a secret, which no scrubbing can recognise. They are dropped, then the rest
+        # is scrubbed, then cut to the limit (cutting scrubbed text leaves nothing to find).
+        text = text[longest():]
+    text = scrub(text) or ""
     return text.encode("utf-8")[-limit:].decode("utf-8", errors="ignore")
 
 

@@ -88,17 +88,23 @@ async def _resume_after_stall(wf: Workflow, store: RunStore, run_id: str, owner:
     execute what did not finish; ``None`` if another executor has it."""
     import asyncio
 
-    for _ in range(int(lease) + 10):
+    ours = {owner}  # every owner id this process has held the run under
+    for _ in range(3 * (int(lease) + 10)):
         row = await store.run_row(run_id)
         if row is None or row.status != RunStatus.RUNNING.value:
             return None
         if row.lease_expires_at is not None and row.lease_expires_at > utcnow():
-            if row.lease_owner != owner:
+            if row.lease_owner not in ours:
                 return None  # another executor took it: it finishes the run
             await asyncio.sleep(1)  # ours, not expired yet by the records
             continue
-        result = await execute_run(wf, store, run_id, on_event=on_event, executors=executors)
-        if result is None or result.status in FINISHED_RUN:
+        again = new_owner()
+        ours.add(again)
+        if not await store.claim_run(run_id, again, lease_seconds()):
+            continue
+        result = await execute_claimed(wf, store, run_id, again, first_start=False,
+                                       on_event=on_event, executors=executors)
+        if result.status in FINISHED_RUN:
             return result
     return None
 
@@ -162,6 +168,11 @@ async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str
             await store.set_previous_run(run_id, previous, owner=owner)
         await store.reset_steps(run_id, unfinished, owner=owner)
     except LeaseLost:
+        return await store.get_run(run_id)
+    # The work above may have waited out a busy database: renew the lease now, so the
+    # execution's count of the lease's time starts from a renewal, not from the claim.
+    held, _ = await store.heartbeat(run_id, owner, lease)
+    if not held:
         return await store.get_run(run_id)
     execution = RunExecution(wf, store, run_id, owner, trigger=trigger, previous_run_id=previous,
                              lease_seconds=lease, outputs=outputs,

@@ -331,7 +331,11 @@ class RunExecution:
             message = _internal_error(exc)
             log.error("run %s: step %r failed inside the orchestrator: %s", self.run_id,
                       spec.name, message)
-            log.debug("the error behind it", exc_info=exc)
+            if log.isEnabledFor(logging.DEBUG):
+                import traceback
+
+                log.debug("the error behind it:\n%s",
+                          scrub("".join(traceback.format_exception(exc))))
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", error=message))
             return _Outcome(spec.name, False, message, recorded=False)
 

@@ -404,16 +404,29 @@ class BrainService:
 
     async def _retry_fire(self, wf: Workflow, key: str, trigger: TriggerData,
                           fire_time: datetime) -> None:
+        """Queue a fire whose first try failed, with backoff, while its workflow is loaded
+        (as it is now: a --reload in between queues the new definition)."""
+        from sqlalchemy.exc import SQLAlchemyError
+
         delay = 1.0
         while not self._stopping:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+            current = self.workflows.get(wf.name)
+            if current is None:
+                log.warning("%s: %s fire at %s dropped: the workflow is no longer loaded",
+                            wf.name, key, fire_time.isoformat())
+                return
             try:
-                await self.enqueue(wf, trigger, trigger_key=key, fire_time=fire_time)
-            except Exception as exc:
+                await self.enqueue(current, trigger, trigger_key=key, fire_time=fire_time)
+            except (BrainError, SQLAlchemyError, OSError) as exc:
                 log.debug("%s: %s fire at %s still not queued: %s", wf.name, key,
                           fire_time.isoformat(), exc)
                 continue
+            except Exception:
+                log.exception("%s: %s fire at %s cannot be queued", wf.name, key,
+                              fire_time.isoformat())
+                return
             log.info("%s: %s fire at %s queued after retrying", wf.name, key, fire_time.isoformat())
             return
 

@@ -297,16 +297,13 @@ class Store(QueueMixin):
                 try:
                     await _retrying(lambda b=batch: self._write_batch([st for st, _ in b]))
                     outcomes: list[BaseException | None] = [None] * len(batch)
-                except Exception:
-                    # One of them broke a constraint (a repeated delivery, a claimed
-                    # fire) or cannot be written: write each alone, so only that one fails.
-                    outcomes = []
-                    for stmts, _ in batch:
-                        try:
-                            await _retrying(lambda st=stmts: self._write_batch([st]))
-                            outcomes.append(None)
-                        except Exception as exc:
-                            outcomes.append(exc)
+                except Exception as exc:
+                    if _transient(exc):  # still down after the retries: all fail alike
+                        outcomes = [exc] * len(batch)
+                    else:
+                        # One of them broke a constraint (a repeated delivery, a claimed fire)
+                        # or cannot be written: write each alone, so only that one fails.
+                        outcomes = [await self._write_alone(stmts) for stmts, _ in batch]
                 except BaseException as exc:
                     outcomes = [exc] * len(batch)
                 for (_, future), outcome in zip(batch, outcomes, strict=True):
@@ -319,6 +316,13 @@ class Store(QueueMixin):
         finally:
             self._flushing = False
 
+    async def _write_alone(self, statements: list[tuple[Any, Any]]) -> BaseException | None:
+        try:
+            await _retrying(lambda: self._write_batch([statements]))
+        except Exception as exc:
+            return exc
+        return None
+
     async def _write_batch(self, transactions: list[list[tuple[Any, Any]]]) -> None:
         async with self._connection() as conn:
             await conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -326,10 +330,13 @@ class Store(QueueMixin):
                 for statements in transactions:
                     for statement, params in statements:
                         await conn.execute(statement, params)
+                await conn.exec_driver_sql("COMMIT")
             except BaseException:
-                await conn.exec_driver_sql("ROLLBACK")
+                # Never leave the shared connection inside an open transaction (a COMMIT
+                # that met a busy database included).
+                with contextlib.suppress(Exception):
+                    await conn.exec_driver_sql("ROLLBACK")
                 raise
-            await conn.exec_driver_sql("COMMIT")
 
     # --- writing runs -------------------------------------------------------
 
