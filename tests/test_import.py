@@ -43,3 +43,12 @@ def test_public_names_are_importable_from_brain() -> None:
         assert hasattr(brain, name), name
     assert issubclass(brain.WorkflowDefinitionError, brain.BrainError)
     assert issubclass(brain.StepFailed, brain.BrainError)
+
+
+def test_the_package_ships_its_type_information() -> None:
+    """``py.typed`` tells type checkers to read brain's annotations (PEP 561)."""
+    from pathlib import Path
+
+    import brain
+
+    assert (Path(brain.__file__).parent / "py.typed").is_file()

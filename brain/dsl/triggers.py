@@ -155,11 +155,17 @@ class WatchTrigger(_Trigger):
         return "watch:" + " ".join(words + (["recursive"] if self.recursive else []))
 
 
+#: For type checkers: the values ``cron(catchup=)`` and ``overlap=`` accept (checked at
+#: definition time too, with a message naming the workflow).
+Catchup = Literal["none", "latest", "all"]
+Overlap = Literal["skip", "queue"]
+WatchEvent = Literal["created", "modified", "deleted", "moved"]
+
 TriggerSpec = Annotated[CronTrigger | EveryTrigger | WebhookTrigger | WatchTrigger,
                         Field(discriminator="type")]
 
 
-def cron(expr: str, timezone: str = "UTC", catchup: str = "latest", overlap: str = "skip",
+def cron(expr: str, timezone: str = "UTC", catchup: Catchup = "latest", overlap: Overlap = "skip",
          name: str | None = None) -> CronTrigger:
     """Run on a cron schedule, e.g. ``cron("0 9 * * *", timezone="Europe/Bucharest")``.
 
@@ -168,7 +174,7 @@ def cron(expr: str, timezone: str = "UTC", catchup: str = "latest", overlap: str
     return CronTrigger(expr=expr, timezone=timezone, catchup=catchup, overlap=overlap, name=name)
 
 
-def every(seconds: float, overlap: str = "skip", name: str | None = None) -> EveryTrigger:
+def every(seconds: float, overlap: Overlap = "skip", name: str | None = None) -> EveryTrigger:
     """Run every ``seconds`` seconds, e.g. ``every(seconds=300)``; ``name=`` as for :func:`cron`."""
     return EveryTrigger(seconds=seconds, overlap=overlap, name=name)
 
@@ -184,7 +190,7 @@ def webhook(secret_env: str, path: str | None = None, wait_seconds: float = 30,
 
 
 def watch(path: str, patterns: list[str] | tuple[str, ...] = ("*",),
-          events: list[str] | tuple[str, ...] = ("created", "modified"),
+          events: list[WatchEvent] | tuple[WatchEvent, ...] = ("created", "modified"),
           recursive: bool = False, debounce_seconds: float = 0.5,
           name: str | None = None) -> WatchTrigger:
     """Run when files matching ``patterns`` under ``path`` are created or modified."""

@@ -269,13 +269,13 @@ class MemoryStore:
                 and r.record.ended_at is not None and r.record.ended_at <= before]
         return max(done, key=lambda r: r.ended_at or before).id if done else None
 
-    async def step_outputs(self, run_id: str, *, succeeded_only: bool = True) -> dict[str, str]:
-        """``{step name: output}`` of a run's (succeeded) steps."""
+    async def step_outputs(self, run_id: str) -> dict[str, str]:
+        """``{step name: output}`` of a run's succeeded steps."""
         run = self._runs.get(run_id)
         if run is None:
             return {}
         return {s.name: s.output or "" for s in run.steps.values()
-                if not succeeded_only or s.status == StepStatus.SUCCEEDED.value}
+                if s.status == StepStatus.SUCCEEDED.value}
 
     async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]:
         """``{step name: (status, tries)}``."""

@@ -219,9 +219,3 @@ class QueueMixin:
                                            runs.c.status == RunStatus.RUNNING.value)
                         .values(lease_expires_at=lease_clock(self.engine.dialect.name)
                                 - timedelta(seconds=1)))
-
-    async def runs_of(self, owner: str) -> list[str]:
-        """Running runs held by ``owner``'s lease."""
-        rows = await self._rows(select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
-                                                        runs.c.lease_owner == owner))
-        return [str(r.id) for r in rows]

@@ -119,11 +119,6 @@ class Store(QueueMixin):
         self._flushing = False
         self._flusher: asyncio.Future[None] | None = None
 
-    @classmethod
-    def memory(cls) -> Store:
-        """A fresh private in-memory SQLite store (for tests)."""
-        return cls("sqlite+aiosqlite://")
-
     def __repr__(self) -> str:
         return f"Store({self.shown_url!r})"
 
@@ -620,11 +615,10 @@ class Store(QueueMixin):
             .order_by(runs.c.ended_at.desc()).limit(1))
         return str(found[0].id) if found else None
 
-    async def step_outputs(self, run_id: str, *, succeeded_only: bool = True) -> dict[str, str]:
-        """``{step name: output}`` of a run's (succeeded) steps."""
-        query = select(steps.c.name, steps.c.output).where(steps.c.run_id == run_id)
-        if succeeded_only:
-            query = query.where(steps.c.status == StepStatus.SUCCEEDED.value)
+    async def step_outputs(self, run_id: str) -> dict[str, str]:
+        """``{step name: output}`` of a run's succeeded steps."""
+        query = select(steps.c.name, steps.c.output).where(
+            steps.c.run_id == run_id, steps.c.status == StepStatus.SUCCEEDED.value)
         return {r.name: r.output or "" for r in await self._rows(query)}
 
     async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]:
