@@ -344,7 +344,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Execute queued runs until SIGTERM/SIGINT."""
-    from brain.server.service import BrainService
+    from brain.service import BrainService
 
     if args.concurrency is not None and args.concurrency < 1:
         raise BrainError("--concurrency must be at least 1")

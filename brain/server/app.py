@@ -17,7 +17,7 @@ from litestar.plugins import InitPluginProtocol
 from litestar.router import Router
 
 from brain._version import __version__
-from brain.server.service import BrainService
+from brain.service import BrainService
 
 if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow

@@ -17,7 +17,7 @@ from brain._errors import WorkflowLoadError
 
 if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
-    from brain.server.service import BrainService
+    from brain.service import BrainService
 
 log = logging.getLogger("brain.server")
 POLL_SECONDS = 1.0

@@ -18,7 +18,7 @@ from litestar.params import FromPath, FromQuery
 from brain._errors import RunNotFound
 from brain.results import TriggerData
 from brain.server import security, webhooks
-from brain.server.service import BrainService
+from brain.service import BrainService
 from brain.store.queue import QueueFull
 
 RETRY_AFTER_SECONDS = "5"

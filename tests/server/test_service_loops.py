@@ -14,7 +14,7 @@ import pytest
 
 from brain import shell, workflow
 from brain.results import TriggerData
-from brain.server.service import BrainService
+from brain.service import BrainService
 from brain.store import Store
 
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")

@@ -143,7 +143,7 @@ def test_the_same_content_under_two_names_is_two_triggers() -> None:
 async def test_catch_up_keeps_its_history_when_a_webhook_is_inserted_before_the_cron(db_url: str) -> None:
     """The issue's case, on a real SQLite file: upgrading the file must not lose missed fires."""
     from brain import shell, workflow
-    from brain.server.service import BrainService
+    from brain.service import BrainService
     from brain.store import Store
 
     def body() -> None:

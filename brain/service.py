@@ -1,4 +1,4 @@
-"""``BrainService``: what ``brain serve`` does besides HTTP.
+"""``BrainService``: what `brain serve` and `brain worker` do besides HTTP (no Litestar here).
 
 It loads nothing itself: it is given workflows, opens the store, and runs the
 executors (N concurrent runs taken from the durable queue), the schedules and
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from brain.dsl.workflow import Workflow
     from brain.store import Store
 
-log = logging.getLogger("brain.server")
+log = logging.getLogger("brain.service")
 IDLE_POLL_SECONDS = 1.0
 EXPIRED_SCAN_SECONDS = 5.0
 
