@@ -93,11 +93,6 @@ def longest() -> int:
     return max((len(v) for v in _values), default=0)
 
 
-def known_count() -> int:
-    """How many secret values are remembered (for tests and diagnostics)."""
-    return len(_values)
-
-
 def make_undumpable() -> None:
     """``prctl(PR_SET_DUMPABLE, 0)``: processes of the same user (the steps) cannot read
     this one's memory or ``/proc/PID/environ``. Linux only; elsewhere nothing happens."""
@@ -110,12 +105,3 @@ def make_undumpable() -> None:
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         pass
-
-
-def is_dumpable() -> bool | None:
-    """This process's dumpable flag (``None`` where it cannot be read)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE = 3
-    except (OSError, AttributeError):
-        return None

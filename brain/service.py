@@ -120,15 +120,12 @@ class BrainService:
 
     async def start(self) -> None:
         """Open the store, then start executors, schedules and watchers."""
-        from brain._secrets import make_undumpable, remember_environment
+        from brain._secrets import make_undumpable
+        from brain.runner.engine import remember_known_secrets
 
         # Steps run as this process's user: keep them out of its memory and environment.
         make_undumpable()
-        remember_environment(["BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN", "LLM_API_KEY",
-                              *(hook.trigger.secret_env for hook in self.hooks.values())])
-        from brain.runner.engine import remember_known_secrets
-
-        for wf in self.workflows.values():
+        for wf in self.workflows.values():  # the API token and webhook secrets included
             remember_known_secrets(wf)
         if not self.store.is_open:
             await self.store.open()

@@ -169,67 +169,57 @@ class ServeLoop(asyncio.SelectorEventLoop):
 
 
 def _h11_protocol() -> type[Any]:
-    """uvicorn's h11 protocol with a header read timeout: a connection that has not sent a
-    whole request head within HEADER_TIMEOUT_SECONDS (of connecting, or of its last
-    response) is closed. uvicorn's own keep-alive timeout stops at the first byte received."""
+    """uvicorn's h11 protocol with read deadlines: a connection must send a whole request
+    head within HEADER_TIMEOUT_SECONDS (of connecting, or of its last response) and then
+    its body within BODY_TIMEOUT_SECONDS, else it is closed. uvicorn's own keep-alive
+    timeout stops at the first byte received."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeoutH11Protocol(H11Protocol):
-        _header_timer: asyncio.TimerHandle | None = None
-        _body_timer: asyncio.TimerHandle | None = None
+        # One deadline at a time, for the part of the request still awaited (h11's state).
+        _deadline: asyncio.TimerHandle | None = None
+        _awaited: type[h11.IDLE] | type[h11.SEND_BODY] | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._arm_header_timer()
+            self._await(h11.IDLE, HEADER_TIMEOUT_SECONDS)
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             state = self.conn.their_state
             if state is h11.IDLE:  # no whole request head yet
                 if self.timeout_keep_alive_task is None:
-                    self._arm_header_timer()
+                    self._await(h11.IDLE, HEADER_TIMEOUT_SECONDS)
             elif state is h11.SEND_BODY:  # the head is in; the body must follow in time
-                self._cancel_header_timer()
-                if self._body_timer is None:
-                    self._body_timer = self.loop.call_later(BODY_TIMEOUT_SECONDS,
-                                                            self._body_timeout)
+                self._await(h11.SEND_BODY, BODY_TIMEOUT_SECONDS)
             else:
-                self._cancel_header_timer()
-                self._cancel_body_timer()
+                self._cancel_deadline()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            self._cancel_header_timer()  # keep-alive timeout governs the idle time now
+            self._cancel_deadline()  # keep-alive timeout governs the idle time now
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._cancel_header_timer()
-            self._cancel_body_timer()
+            self._cancel_deadline()
             super().connection_lost(exc)
 
-        def _cancel_body_timer(self) -> None:
-            if self._body_timer is not None:
-                self._body_timer.cancel()
-                self._body_timer = None
+        def _await(self, state: Any, seconds: float) -> None:
+            """Start the deadline for ``state``, unless one for it already runs."""
+            if self._deadline is not None and self._awaited is state:
+                return
+            self._cancel_deadline()
+            self._awaited = state
+            self._deadline = self.loop.call_later(seconds, self._deadline_passed)
 
-        def _body_timeout(self) -> None:
-            self._body_timer = None
-            if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
-                self.transport.close()
+        def _cancel_deadline(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
 
-        def _arm_header_timer(self) -> None:
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(HEADER_TIMEOUT_SECONDS,
-                                                          self._header_timeout)
-
-        def _cancel_header_timer(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _header_timeout(self) -> None:
-            self._header_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        def _deadline_passed(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is self._awaited and not self.transport.is_closing():
                 self.transport.close()
 
     return HeaderTimeoutH11Protocol

@@ -121,6 +121,11 @@ def resolve_values(values: Mapping[str, str | SecretRef], resolve: Resolve, secr
 TAIL_MARGIN = 4096
 
 
+def tail_margin() -> int:
+    """How many bytes to keep beyond a tail's limit: room for the longest known secret."""
+    return max(TAIL_MARGIN, 4 * longest())
+
+
 def run_marker(ctx: StepContext) -> dict[str, str]:
     """The variable that marks a step's processes as this run's."""
     return {RUN_ID_VARIABLE: ctx.run_id} if ctx.run_id else {}
@@ -131,7 +136,7 @@ def tail_text(data: bytes, limit: int = 8192) -> str | None:
     no fragment of one survives it), or ``None`` when empty."""
     if not data:
         return None
-    text = data[-(limit + max(TAIL_MARGIN, 4 * longest())):].decode("utf-8", errors="replace")
+    text = data[-(limit + tail_margin()):].decode("utf-8", errors="replace")
     if len(data) > limit:
         # The text was cut (here or by whoever kept it): its first characters may be the end
         # of a secret, which no scrubbing can recognise. They are dropped, then the rest

@@ -21,10 +21,8 @@ import tempfile
 from typing import Any
 
 from brain._errors import StepFailed
-from brain._secrets import longest
 from brain.dsl.model import McpStepSpec, SecretRef
 from brain.executors.base import (
-    TAIL_MARGIN,
     PreparedStep,
     Resolve,
     StepContext,
@@ -32,6 +30,7 @@ from brain.executors.base import (
     cut,
     resolve_values,
     run_marker,
+    tail_margin,
     tail_text,
 )
 from brain.executors.process import KILL_GRACE_SECONDS, kill_group, signal_group
@@ -180,7 +179,7 @@ def _tail(errlog: Any) -> str | None:
     errlog.flush()
     errlog.seek(0, os.SEEK_END)
     size = errlog.tell()
-    errlog.seek(max(0, size - STDERR_TAIL - max(TAIL_MARGIN, 4 * longest())))
+    errlog.seek(max(0, size - STDERR_TAIL - tail_margin()))
     return tail_text(errlog.read(), STDERR_TAIL)
 
 

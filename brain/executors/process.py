@@ -6,6 +6,8 @@ import asyncio
 import os
 import signal
 
+from brain.executors.base import RUN_ID_VARIABLE
+
 KILL_GRACE_SECONDS = 2.0
 
 
@@ -50,7 +52,7 @@ def kill_run_processes(run_id: str) -> int:
     machine left running, before the run's steps run again. Returns how many groups."""
     if not run_id:
         return 0
-    marker = f"BRAIN_RUN_ID={run_id}".encode()
+    marker = f"{RUN_ID_VARIABLE}={run_id}".encode()
     own = {os.getpid(), os.getpgid(0)}
     groups: set[int] = set()
     try:

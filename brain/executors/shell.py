@@ -15,10 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from brain._errors import StepFailed
-from brain._secrets import longest
 from brain.dsl.model import ShellStepSpec
 from brain.executors.base import (
-    TAIL_MARGIN,
     PreparedStep,
     Resolve,
     StepContext,
@@ -26,6 +24,7 @@ from brain.executors.base import (
     cut,
     resolve_values,
     run_marker,
+    tail_margin,
     tail_text,
 )
 from brain.executors.process import KILL_GRACE_SECONDS, group_alive, kill_group, signal_group
@@ -90,7 +89,7 @@ class ShellExecutor:
         assert proc.stdout is not None and proc.stderr is not None
         limit = spec.max_output_bytes
         stdout = _Collector(proc.stdout, limit=limit + 1)
-        stderr = _Collector(proc.stderr, keep_tail=8192 + max(TAIL_MARGIN, 4 * longest()))
+        stderr = _Collector(proc.stderr, keep_tail=8192 + tail_margin())
         readers = [asyncio.ensure_future(stdout.run()), asyncio.ensure_future(stderr.run())]
         try:
             if stdin_data is not None:

@@ -466,53 +466,39 @@ class _RunningMark:
             await self.task
 
 
-def protected_variable_names(wf: Workflow) -> frozenset[str]:
-    """Environment variables no step sees unless it passes them itself through ``env=``:
-    every webhook secret variable and every ``secret()`` variable of every workflow
-    defined in this process (and of ``wf``)."""
-    from brain.dsl.triggers import WebhookTrigger
-    from brain.dsl.workflow import REGISTRY
-
-    names: set[str] = set()
-    for each in {id(w): w for w in [*REGISTRY.values(), wf]}.values():
-        names.update(t.secret_env for t in each.triggers if isinstance(t, WebhookTrigger))
-        names.update(_secret_names(each))
-    return frozenset(names)
-
-
 def remember_known_secrets(wf: Workflow) -> frozenset[str]:
     """Remember every secret this process can know of now (so it is scrubbed from all that
-    is stored, the trigger included); return the variables steps must not inherit."""
-    protected = protected_variable_names(wf)
-    remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
-    for literal in literal_keys(wf):
-        remember(literal)
-    return protected
-
-
-def literal_keys(wf: Workflow) -> list[str]:
-    """Literal ``api_key=`` values written in ``wf`` or any workflow defined in this process."""
+    is stored, the trigger included); return the variables no step sees unless it passes
+    them itself through ``env=``: the webhook secret and ``secret()`` variables of every
+    workflow defined in this process (and of ``wf``)."""
     from brain.dsl.workflow import REGISTRY
 
-    keys = []
+    protected: set[str] = set()
     for each in {id(w): w for w in [*REGISTRY.values(), wf]}.values():
-        for spec in each.spec.steps:
-            key = getattr(spec, "api_key", None)
-            if isinstance(key, SecretStr):
-                keys.append(key.get_secret_value())
-    return keys
+        names, literals = _declared_secrets(each)
+        protected.update(names)
+        for literal in literals:
+            remember(literal)
+    remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
+    return frozenset(protected)
 
 
-def _secret_names(wf: Workflow) -> frozenset[str]:
-    """The variables named by ``secret()`` anywhere in ``wf``'s steps (cached on the spec)."""
-    cached: frozenset[str] | None = getattr(wf, "_secret_names", None)
+def _declared_secrets(wf: Workflow) -> tuple[frozenset[str], tuple[str, ...]]:
+    """What ``wf`` declares secret: the variables of its webhook secrets and ``secret()``
+    values, and its literal ``api_key=`` values (found once, cached on the workflow)."""
+    cached: tuple[frozenset[str], tuple[str, ...]] | None = getattr(wf, "_declared_secrets", None)
     if cached is not None:
         return cached
-    found: set[str] = set()
+    from brain.dsl.triggers import WebhookTrigger
+
+    names = {t.secret_env for t in wf.triggers if isinstance(t, WebhookTrigger)}
+    literals: list[str] = []
 
     def walk(value: Any) -> None:
         if isinstance(value, SecretRef):
-            found.add(value.env)
+            names.add(value.env)
+        elif isinstance(value, SecretStr):
+            literals.append(value.get_secret_value())
         elif isinstance(value, BaseModel):
             for field in type(value).model_fields:
                 walk(getattr(value, field))
@@ -525,9 +511,9 @@ def _secret_names(wf: Workflow) -> frozenset[str]:
 
     for spec in wf.spec.steps:
         walk(spec)
-    result = frozenset(found)
+    result = (frozenset(names), tuple(literals))
     with contextlib.suppress(AttributeError, TypeError, ValueError):
-        object.__setattr__(wf, "_secret_names", result)
+        object.__setattr__(wf, "_declared_secrets", result)
     return result
 
 

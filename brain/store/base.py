@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from brain._secrets import scrub
 from brain.results import RunResult, RunStatus, StepStatus, TriggerData
 
 
@@ -31,6 +32,14 @@ class RunRecord:
     cancel_requested: bool
     lease_owner: str | None
     lease_expires_at: datetime | None
+
+
+def stored_trigger(trigger: TriggerData) -> TriggerData:
+    """The trigger as every store records it: any secret value the process knows scrubbed
+    from its body, path and header values."""
+    return trigger.model_copy(update={
+        "body": scrub(trigger.body) or "", "path": scrub(trigger.path),
+        "headers": {k: scrub(v) or "" for k, v in trigger.headers.items()}})
 
 
 class RunStore(Protocol):

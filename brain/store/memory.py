@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from brain._errors import LeaseLost, RunNotFound, StoreError
-from brain._secrets import scrub
 from brain.results import (
     FINISHED_RUN,
     RunResult,
@@ -24,7 +23,7 @@ from brain.results import (
     TriggerData,
     clean_text,
 )
-from brain.store.base import RunRecord
+from brain.store.base import RunRecord, stored_trigger
 from brain.store.store import utcnow
 
 
@@ -110,9 +109,7 @@ class MemoryStore:
         if run_id in self._runs:
             raise StoreError(f"run {run_id} already exists")
         now = utcnow()
-        trigger = trigger.model_copy(update={
-            "body": scrub(trigger.body) or "", "path": scrub(trigger.path),
-            "headers": {k: scrub(v) or "" for k, v in trigger.headers.items()}})
+        trigger = stored_trigger(trigger)
         record = RunRecord(
             id=run_id, workflow=workflow, definition_hash=definition_hash,
             status=RunStatus.RUNNING.value if owner else RunStatus.QUEUED.value, trigger=trigger,

@@ -15,8 +15,8 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from brain._errors import StoreError
-from brain._secrets import scrub
 from brain.results import RunStatus, StepStatus, TriggerData
+from brain.store.base import stored_trigger
 from brain.store.tables import fires, runs, steps
 
 if TYPE_CHECKING:
@@ -62,11 +62,11 @@ class QueueMixin:
         if max_queued is not None and await self._queued_estimate() >= max_queued:
             raise QueueFull(f"{max_queued} runs are already queued")
         now = utcnow()
+        trigger = stored_trigger(trigger)
         row = dict(id=run_id, workflow=workflow, definition_hash=definition_hash,
                    status=RunStatus.QUEUED.value, trigger_event=trigger.event,
-                   trigger_body=scrub(trigger.body), trigger_path=scrub(trigger.path),
-                   trigger_headers=json.dumps({k: scrub(v) for k, v in trigger.headers.items()}),
-                   created_at=now,
+                   trigger_body=trigger.body, trigger_path=trigger.path,
+                   trigger_headers=json.dumps(trigger.headers), created_at=now,
                    cancel_requested=False, trigger_key=trigger_key, delivery_id=delivery_id)
         step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
                             status=StepStatus.PENDING.value, tries=0)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import Row, and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
@@ -34,7 +34,7 @@ from brain.results import (
     clean_text,
 )
 from brain.store import schema
-from brain.store.base import RunRecord
+from brain.store.base import RunRecord, stored_trigger
 from brain.store.queue import QueueMixin
 from brain.store.tables import metadata, runs, steps
 
@@ -42,7 +42,6 @@ DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
 _FINISHED = [s.value for s in FINISHED_RUN]
 #: How long a write keeps being retried while the database is busy or unreachable.
 RETRY_SECONDS = 120.0
-_T = TypeVar("_T")
 log = logging.getLogger("brain.store")
 
 
@@ -68,11 +67,11 @@ _PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "ssl
 
 def redact_url(url: str) -> str:
     """``url`` with any password, in its user part or its query, shown as ``***``."""
-    scheme, sep, rest = url.partition("://")
-    authority = rest.split("/", 1)[0].split("?", 1)[0]
-    if sep and authority.count("@") > 1:  # an unescaped @ in the password: hide up to the last
-        userinfo, host = authority.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
+    unescaped = _unescaped_at(url)
+    if unescaped is not None:  # hide everything up to the last @; the query is not shown
+        user, _, host = unescaped
+        scheme, _, rest = url.partition("://")
+        authority = rest.split("/", 1)[0].split("?", 1)[0]
         return f"{scheme}://{user}:***@{host}" + rest[len(authority):].split("?", 1)[0]
     try:
         parsed = make_url(url)
@@ -84,6 +83,17 @@ def redact_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
 
 
+def _unescaped_at(url: str) -> tuple[str, str, str] | None:
+    """``(user, password, host)`` when the URL's password holds an unescaped ``@`` (which
+    URL parsers split at the wrong ``@``), else ``None``."""
+    authority = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0]
+    if authority.count("@") < 2:
+        return None
+    userinfo, host = authority.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    return user, password, host
+
+
 def _url_passwords(url: str) -> list[str]:
     """Every password written in a database URL (user part and query)."""
     try:
@@ -91,9 +101,9 @@ def _url_passwords(url: str) -> list[str]:
     except ArgumentError:
         return []
     found = [parsed.password] if parsed.password else []
-    authority = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0]
-    if authority.count("@") > 1 and ":" in authority:  # an unescaped @ in the password
-        found.append(authority.rsplit("@", 1)[0].split(":", 1)[1])
+    unescaped = _unescaped_at(url)
+    if unescaped is not None and unescaped[1]:
+        found.append(unescaped[1])
     for key, value in parsed.query.items():
         if key.lower() in _PASSWORD_QUERY_KEYS:
             found.extend([value] if isinstance(value, str) else list(value))
@@ -345,11 +355,12 @@ class Store(QueueMixin):
         else it is ``queued``. Returns the creation time.
         """
         now = utcnow()
+        trigger = stored_trigger(trigger)
         row: dict[str, Any] = dict(
             id=run_id, workflow=workflow, definition_hash=definition_hash,
             status=RunStatus.QUEUED.value, trigger_event=trigger.event,
-            trigger_body=scrub(trigger.body), trigger_path=scrub(trigger.path),
-            trigger_headers=_headers_json(trigger.headers),
+            trigger_body=trigger.body, trigger_path=trigger.path,
+            trigger_headers=json.dumps(trigger.headers),
             created_at=now, cancel_requested=False, previous_run_id=previous_run_id)
         statements: list[tuple[Any, Any]] = [(insert(runs), row)]
         if owner is not None:
@@ -727,11 +738,6 @@ async def _retrying(attempt: Any) -> Any:
                 warned = True
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
-
-
-def _headers_json(headers: dict[str, str]) -> str:
-    """Trigger headers as stored: any secret value the process knows scrubbed."""
-    return json.dumps({k: scrub(v) for k, v in headers.items()})
 
 
 def _trigger(row: Row[Any]) -> TriggerData:
