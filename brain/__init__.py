@@ -19,7 +19,6 @@ from brain._errors import (
 from brain._version import __version__
 from brain.dsl import (
                            StepNode,
-                           Workflow,
                            WorkflowGraph,
                            cron,
                            every,
@@ -32,9 +31,9 @@ from brain.dsl import (
                            trigger,
                            watch,
                            webhook,
-                           workflow,
 )
 from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData
+from brain.runnable import Workflow, workflow
 
 __all__ = [
     "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",

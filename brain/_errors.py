@@ -51,3 +51,11 @@ class LeaseLost(StoreError):
     Raised by the store's lease-conditional writes; the runner stops the run's
     work at once and writes nothing more.
     """
+
+
+def innermost(exc: BaseException) -> BaseException:
+    """The first non-group exception inside (possibly nested) exception groups: what a
+    task group's failure is really about."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

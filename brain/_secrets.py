@@ -23,6 +23,7 @@ REDACTED = "***"
 
 _lock = threading.Lock()
 _values: set[str] = set()
+_names: set[str] = set()
 _made_undumpable = False
 
 
@@ -105,3 +106,17 @@ def make_undumpable() -> None:
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         pass
+
+
+def declare_secret_names(names: Iterable[str]) -> None:
+    """Note environment variables a workflow defined in this process declares secret
+    (``secret()`` and webhook secrets): no step sees them unless it passes them itself,
+    whichever workflow it belongs to."""
+    with _lock:
+        _names.update(names)
+
+
+def declared_secret_names() -> frozenset[str]:
+    """Every variable declared secret in this process so far."""
+    with _lock:
+        return frozenset(_names)

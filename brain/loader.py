@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from brain._errors import WorkflowDefinitionError, WorkflowLoadError
-from brain.dsl.workflow import Workflow
+from brain.runnable import Workflow
 
 _SKIP_PREFIXES = ("_", "test_")
 

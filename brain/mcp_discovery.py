@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from brain._errors import BrainError
+from brain._errors import BrainError, innermost
 
 
 async def list_tools(command: list[str]) -> list[dict[str, Any]]:
@@ -34,9 +34,7 @@ async def list_tools(command: list[str]) -> list[dict[str, Any]]:
                 if not cursor:
                     break
     except Exception as exc:  # task groups wrap what went wrong
-        leaf: BaseException = exc
-        while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
-            leaf = leaf.exceptions[0]
+        leaf = innermost(exc)
         if isinstance(leaf, MCPError):
             raise BrainError(f"the MCP server {program!r} failed: {leaf.message}") from None
         if isinstance(leaf, OSError):

@@ -15,16 +15,17 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from brain._clock import utcnow
 from brain._errors import BrainError, WorkflowLoadError
 from brain.dsl.triggers import CronTrigger, EveryTrigger, WatchTrigger, WebhookTrigger
 from brain.results import FINISHED_RUN, RunResult, TriggerData
 from brain.triggers.schedule import trigger_key
 
 if TYPE_CHECKING:
-    from brain.dsl.workflow import Workflow
+    from brain.runnable import Workflow
     from brain.store import Store
 
 log = logging.getLogger("brain.service")
@@ -127,6 +128,7 @@ class BrainService:
         make_undumpable()
         for wf in self.workflows.values():  # the API token and webhook secrets included
             remember_known_secrets(wf)
+            wf.served_by = self  # wf.enqueue() in this process comes to this queue
         if not self.store.is_open:
             await self.store.open()
         for path, hook in self.hooks.items():
@@ -173,6 +175,9 @@ class BrainService:
     async def _stop(self, grace_seconds: float) -> None:
         self._stopping = True
         self._wake.set()
+        for wf in self.workflows.values():
+            if wf.served_by is self:
+                wf.served_by = None
         for watcher in self._watchers:
             with contextlib.suppress(Exception):
                 watcher.stop()
@@ -324,6 +329,8 @@ class BrainService:
 
         for wf in workflows.values():  # scrubbed from what is stored from now on
             remember_known_secrets(wf)
+            if self.started:
+                wf.served_by = self
         self.workflows = dict(workflows)
         self.hooks = hooks
         if self.triggers:
@@ -380,7 +387,7 @@ class BrainService:
 
         # overlap="skip" is about live fires piling up; fires being caught up after
         # downtime (catchup="all") each get their run.
-        live = datetime.now(UTC) - fire_time <= CURRENT_FIRE_GRACE
+        live = utcnow() - fire_time <= CURRENT_FIRE_GRACE
         if trig.overlap == "skip" and live and await self.store.count_active(
                 workflow=workflow, trigger_key=key):
             if await self.store.claim_fire(workflow, key, fire_time):

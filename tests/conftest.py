@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from brain.dsl.workflow import REGISTRY
+from brain import _secrets
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -35,12 +35,14 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
 
 
 @pytest.fixture(autouse=True)
-def _restore_registry() -> Iterator[None]:
-    """Workflows a test defines must not leak into other tests' registry."""
-    saved = dict(REGISTRY)
+def _forget_declared_secret_names() -> Iterator[None]:
+    """Secret variables a test's workflows declare must not be withheld from other tests'
+    steps (in one process they would be, as they are for every workflow defined in it)."""
+    saved = set(_secrets._names)
     yield
-    REGISTRY.clear()
-    REGISTRY.update(saved)
+    with _secrets._lock:
+        _secrets._names.clear()
+        _secrets._names.update(saved)
 
 
 @pytest.fixture

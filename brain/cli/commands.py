@@ -65,7 +65,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
         if not isinstance(exc, SQLAlchemyError):
             raise
-        from brain.store.store import database_problem
+        from brain.store.errors import database_problem
 
         return _fail(database_problem(exc))
     except KeyboardInterrupt:
@@ -185,7 +185,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from brain.store.store import utcnow
+    from brain._clock import utcnow
 
     age = parse_age(args.older_than)
 

@@ -15,8 +15,8 @@ from brain.cli import silence
 from brain.runner.events import StepEvent
 
 if TYPE_CHECKING:
-    from brain.dsl.workflow import Workflow
     from brain.results import RunResult
+    from brain.runnable import Workflow
 
 
 class _Console(Console):

@@ -1,4 +1,5 @@
-"""The workflow language: decorators, helpers, tracing and the workflow model."""
+"""The workflow language: step helpers, triggers, tracing and the workflow model (plain
+specs). ``@workflow`` and the runnable :class:`brain.Workflow` live in :mod:`brain.runnable`."""
 
 from brain.dsl.helpers import llm, mcp_tool, secret, shell
 from brain.dsl.model import WorkflowGraph, WorkflowSpec
@@ -6,8 +7,6 @@ from brain.dsl.nodes import StepNode, trigger
 from brain.dsl.step import step
 from brain.dsl.tracing import parallel
 from brain.dsl.triggers import cron, every, watch, webhook
-from brain.dsl.workflow import Workflow, workflow
 
-__all__ = ["StepNode", "Workflow", "WorkflowGraph", "WorkflowSpec", "cron", "every", "llm",
-           "mcp_tool", "parallel", "secret", "shell", "step", "trigger", "watch", "webhook",
-           "workflow"]
+__all__ = ["StepNode", "WorkflowGraph", "WorkflowSpec", "cron", "every", "llm", "mcp_tool",
+           "parallel", "secret", "shell", "step", "trigger", "watch", "webhook"]

@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from brain.dsl.triggers import TriggerSpec
+from brain.dsl.triggers import TriggerSpec, WebhookTrigger
 
 DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 
@@ -154,3 +155,29 @@ class WorkflowSpec(_Frozen):
             steps.append(data)
         text = json.dumps({"name": self.name, "steps": steps}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    @cached_property
+    def declared_secrets(self) -> tuple[frozenset[str], tuple[str, ...]]:
+        """What the workflow declares secret: the variables of its webhook secrets and
+        ``secret()`` values, and its literal ``api_key=`` values."""
+        names = {t.secret_env for t in self.triggers if isinstance(t, WebhookTrigger)}
+        literals: list[str] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, SecretRef):
+                names.add(value.env)
+            elif isinstance(value, SecretStr):
+                literals.append(value.get_secret_value())
+            elif isinstance(value, BaseModel):
+                for field in type(value).model_fields:
+                    walk(getattr(value, field))
+            elif isinstance(value, dict):
+                for item in value.values():
+                    walk(item)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    walk(item)
+
+        for step in self.steps:
+            walk(step)
+        return frozenset(names), tuple(literals)

@@ -7,7 +7,7 @@ use is a definition error, because the value does not exist while tracing.
 from __future__ import annotations
 
 import re
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from brain._errors import WorkflowDefinitionError
 
@@ -15,7 +15,16 @@ MISUSE = "step outputs exist only at run time; transform them in a @step"
 _HEADER = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-class _Lazy:
+if TYPE_CHECKING:
+    # Type checkers see a node as the text it becomes, so a step output passes to any
+    # parameter typed `str` (`headline(fast)`); at run time it is a placeholder object
+    # whose every other use is a definition error.
+    _Text = str
+else:
+    _Text = object
+
+
+class _Lazy(_Text):
     """Shared behaviour: text form, and a clear error for any other use."""
 
     __slots__ = ()

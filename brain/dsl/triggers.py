@@ -77,7 +77,7 @@ class CronTrigger(_Trigger):
             return f"unknown time zone {self.timezone!r} (use an IANA name such as 'Europe/Bucharest')"
         if len(self.expr.split()) != 5:
             return f"bad cron expression {self.expr!r}: it needs 5 fields (minute hour day month weekday)"
-        from brain.triggers.schedule import parse_cron
+        from brain.crontab import parse_cron
 
         try:
             parse_cron(self.expr)

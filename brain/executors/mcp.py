@@ -20,7 +20,7 @@ import signal
 import tempfile
 from typing import Any
 
-from brain._errors import StepFailed
+from brain._errors import StepFailed, innermost
 from brain.dsl.model import McpStepSpec, SecretRef
 from brain.executors.base import (
     PreparedStep,
@@ -121,7 +121,7 @@ class McpExecutor:
                     prepared.stderr = _tail(errlog)
                     raise
                 except Exception as exc:  # anyio task groups wrap what went wrong
-                    leaf = _leaf(exc)
+                    leaf = innermost(exc)
                     prepared.stderr = _tail(errlog)
                     if isinstance(leaf, OSError):
                         raise StepFailed(f"cannot start the MCP server {program!r}: {leaf}",
@@ -168,7 +168,7 @@ async def _converse(params: Any, errlog: Any, tool: str,
                 name=tool, arguments=args))
             return await session.send_request(request, types.CallToolResult), None
     except Exception as exc:
-        leaf = _leaf(exc)
+        leaf = innermost(exc)
         if isinstance(leaf, MCPError):
             return None, leaf
         raise
@@ -181,13 +181,6 @@ def _tail(errlog: Any) -> str | None:
     size = errlog.tell()
     errlog.seek(max(0, size - STDERR_TAIL - tail_margin()))
     return tail_text(errlog.read(), STDERR_TAIL)
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first non-group exception inside (possibly nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _read_int(path: str) -> int | None:

@@ -5,22 +5,18 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
+from brain._clock import utcnow
 from brain._errors import LeaseLost, StoreError
 from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData
-from brain.runner.engine import RunExecution, remember_known_secrets
+from brain.runner.engine import RunExecution, RunnableWorkflow, remember_known_secrets
 from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
 from brain.store.base import RunStore
-from brain.store.store import utcnow
 
-if TYPE_CHECKING:
-    from brain.dsl.workflow import Workflow
-
-__all__ = ["EventHandler", "StepEvent", "execute_claimed", "execute_run", "new_owner",
+__all__ = ["EventHandler", "RunnableWorkflow", "StepEvent", "execute_claimed", "execute_run", "new_owner",
            "resume_run", "run_workflow_now"]
 
 WORKFLOW_CHANGED = "workflow changed since the run started"
@@ -42,7 +38,7 @@ def _store_for(store: RunStore | str | None) -> tuple[RunStore, bool]:
     return store, not store.is_open
 
 
-async def run_workflow_now(wf: Workflow, trigger: object = None, *,
+async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                            store: RunStore | str | None = None, on_event: EventHandler | None = None,
                            executors: Mapping[str, Executor] | None = None,
                            previous_outputs: dict[str, str] | None = None) -> RunResult:
@@ -80,7 +76,7 @@ async def run_workflow_now(wf: Workflow, trigger: object = None, *,
             await st.close()
 
 
-async def _resume_after_stall(wf: Workflow, store: RunStore, run_id: str, owner: str,
+async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str,
                               lease: float, *,
                               on_event: EventHandler | None,
                               executors: Mapping[str, Executor] | None) -> RunResult | None:
@@ -109,7 +105,7 @@ async def _resume_after_stall(wf: Workflow, store: RunStore, run_id: str, owner:
     return None
 
 
-async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str | None = None,
+async def execute_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *, owner: str | None = None,
                       on_event: EventHandler | None = None,
                       executors: Mapping[str, Executor] | None = None,
                       abandon_on_cancel: Callable[[], bool] | None = None) -> RunResult | None:
@@ -129,7 +125,7 @@ async def execute_run(wf: Workflow, store: RunStore, run_id: str, *, owner: str 
                                  abandon_on_cancel=abandon_on_cancel)
 
 
-async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str, *,
+async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str, *,
                           first_start: bool, on_event: EventHandler | None = None,
                           executors: Mapping[str, Executor] | None = None,
                           abandon_on_cancel: Callable[[], bool] | None = None) -> RunResult:
@@ -183,7 +179,7 @@ async def execute_claimed(wf: Workflow, store: RunStore, run_id: str, owner: str
     return await store.get_run(run_id)
 
 
-async def resume_run(wf: Workflow, store: RunStore, run_id: str, *,
+async def resume_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
                      on_event: EventHandler | None = None) -> RunResult | None:
     """Resume a run whose executor died (its lease expired); see :func:`execute_run`.
 

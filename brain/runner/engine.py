@@ -16,28 +16,49 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, SecretStr
-
+from brain._clock import utcnow
 from brain._errors import LeaseLost, PlaceholderError, StepFailed
-from brain._secrets import make_undumpable, remember, remember_environment, scrub
-from brain.dsl.model import SecretRef, StepSpec
+from brain._secrets import (
+    declare_secret_names,
+    declared_secret_names,
+    make_undumpable,
+    remember,
+    remember_environment,
+    scrub,
+)
+from brain.dsl.model import StepSpec, WorkflowSpec
 from brain.executors import Executor, StepContext, default_executors
 from brain.executors.base import PreparedStep, StepOutput
 from brain.placeholders import Ref, render
 from brain.results import RunStatus, StepStatus, TriggerData, clean_text
 from brain.runner.events import EventHandler, StepEvent
-from brain.store.store import utcnow
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from brain.dsl.workflow import Workflow
     from brain.store.base import RunStore
 
 POLL_SECONDS = 0.5
 log = logging.getLogger("brain.runner")
+
+
+class RunnableWorkflow(Protocol):
+    """What the runner needs of a workflow (:class:`brain.Workflow` is one): its spec,
+    and where its file lives (relative paths in steps start there)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> WorkflowSpec: ...
+
+    @property
+    def definition_hash(self) -> str: ...
+
+    @property
+    def source_dir(self) -> str: ...
 
 
 @dataclass
@@ -52,7 +73,7 @@ class _Outcome:
 class RunExecution:
     """Runs the steps of ``run_id`` that have not succeeded yet, under ``owner``'s lease."""
 
-    def __init__(self, wf: Workflow, store: RunStore, run_id: str, owner: str, *,
+    def __init__(self, wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str, *,
                  trigger: TriggerData, previous_run_id: str | None, lease_seconds: float,
                  outputs: dict[str, str] | None = None, tries: Mapping[str, int] | None = None,
                  executors: Mapping[str, Executor] | None = None,
@@ -466,55 +487,18 @@ class _RunningMark:
             await self.task
 
 
-def remember_known_secrets(wf: Workflow) -> frozenset[str]:
+def remember_known_secrets(wf: RunnableWorkflow) -> frozenset[str]:
     """Remember every secret this process can know of now (so it is scrubbed from all that
     is stored, the trigger included); return the variables no step sees unless it passes
     them itself through ``env=``: the webhook secret and ``secret()`` variables of every
     workflow defined in this process (and of ``wf``)."""
-    from brain.dsl.workflow import REGISTRY
-
-    protected: set[str] = set()
-    for each in {id(w): w for w in [*REGISTRY.values(), wf]}.values():
-        names, literals = _declared_secrets(each)
-        protected.update(names)
-        for literal in literals:
-            remember(literal)
+    names, literals = wf.spec.declared_secrets
+    declare_secret_names(names)
+    for literal in literals:
+        remember(literal)
+    protected = declared_secret_names()
     remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
-    return frozenset(protected)
-
-
-def _declared_secrets(wf: Workflow) -> tuple[frozenset[str], tuple[str, ...]]:
-    """What ``wf`` declares secret: the variables of its webhook secrets and ``secret()``
-    values, and its literal ``api_key=`` values (found once, cached on the workflow)."""
-    cached: tuple[frozenset[str], tuple[str, ...]] | None = getattr(wf, "_declared_secrets", None)
-    if cached is not None:
-        return cached
-    from brain.dsl.triggers import WebhookTrigger
-
-    names = {t.secret_env for t in wf.triggers if isinstance(t, WebhookTrigger)}
-    literals: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, SecretRef):
-            names.add(value.env)
-        elif isinstance(value, SecretStr):
-            literals.append(value.get_secret_value())
-        elif isinstance(value, BaseModel):
-            for field in type(value).model_fields:
-                walk(getattr(value, field))
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-
-    for spec in wf.spec.steps:
-        walk(spec)
-    result = (frozenset(names), tuple(literals))
-    with contextlib.suppress(AttributeError, TypeError, ValueError):
-        object.__setattr__(wf, "_declared_secrets", result)
-    return result
+    return protected
 
 
 def _text(text: str | None, secrets: Iterable[str] = ()) -> str | None:

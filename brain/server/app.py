@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -20,7 +19,7 @@ from brain._version import __version__
 from brain.service import BrainService
 
 if TYPE_CHECKING:
-    from brain.dsl.workflow import Workflow
+    from brain.runnable import Workflow
     from brain.store import Store
 
 log = logging.getLogger("brain.server")
@@ -29,8 +28,8 @@ log = logging.getLogger("brain.server")
 def _workflows(items: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str, Workflow]
                ) -> dict[str, Workflow]:
     from brain._errors import WorkflowLoadError
-    from brain.dsl.workflow import Workflow
     from brain.loader import discover
+    from brain.runnable import Workflow
 
     if isinstance(items, Mapping):
         return dict(items)
@@ -48,11 +47,6 @@ def _workflows(items: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str,
             raise WorkflowLoadError(f"workflow {name!r} is defined twice")
         found[name] = wf
     return found
-
-
-def _workflow_module() -> Any:
-    # `brain.dsl.workflow` is also the name of the decorator, so fetch the module itself.
-    return importlib.import_module("brain.dsl.workflow")
 
 
 class BrainPlugin(InitPluginProtocol):
@@ -89,16 +83,12 @@ class BrainPlugin(InitPluginProtocol):
 
     async def _startup(self, app: Litestar) -> None:
         await self.service.start()
-        _workflow_module().ACTIVE_SERVICE = self.service
         if self.reload_paths is not None:
             from brain.server.reload import Reloader
 
             self._reloader = asyncio.create_task(Reloader(self.service, self.reload_paths).run())
 
     async def _shutdown(self, app: Litestar) -> None:
-        module = _workflow_module()
-        if module.ACTIVE_SERVICE is self.service:
-            module.ACTIVE_SERVICE = None
         if self._reloader is not None:
             self._reloader.cancel()
         await self.service.stop()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from brain._errors import WorkflowLoadError
 
 if TYPE_CHECKING:
-    from brain.dsl.workflow import Workflow
+    from brain.runnable import Workflow
     from brain.service import BrainService
 
 log = logging.getLogger("brain.server")

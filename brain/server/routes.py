@@ -6,7 +6,6 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Request, Response, get, post
@@ -15,6 +14,7 @@ from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundE
 from litestar.handlers.base import BaseRouteHandler
 from litestar.params import FromPath, FromQuery
 
+from brain._clock import utcnow
 from brain._errors import RunNotFound
 from brain.results import TriggerData
 from brain.server import security, webhooks
@@ -113,7 +113,7 @@ async def get_workflow(request: Request[Any, Any, Any], name: FromPath[str]) -> 
 def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
     from brain.triggers.schedule import next_fire, trigger_key
 
-    now = datetime.now(UTC)
+    now = utcnow()
     triggers = []
     for trig in wf.triggers:
         item = trig.model_dump(mode="json")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from brain._clock import utcnow
 from brain._errors import LeaseLost, RunNotFound, StoreError
 from brain.results import (
     FINISHED_RUN,
@@ -24,7 +25,6 @@ from brain.results import (
     clean_text,
 )
 from brain.store.base import RunRecord, stored_trigger
-from brain.store.store import utcnow
 
 
 @dataclass

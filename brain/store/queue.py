@@ -1,7 +1,7 @@
 """The durable queue and schedule claims (SQL): what the server's triggers and executors use.
 
-Mixed into :class:`brain.store.Store`; every trigger only creates queued runs
-here, and executors take them with :meth:`QueueMixin.claim_next`.
+Part of :class:`brain.store.Store`; every trigger only creates queued runs
+here, and executors take them with :meth:`RunQueue.claim_next`.
 """
 
 from __future__ import annotations
@@ -9,18 +9,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from brain._clock import utcnow
 from brain._errors import StoreError
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.store.base import stored_trigger
+from brain.store.database import Database, lease_clock
 from brain.store.tables import fires, runs, steps
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 _ACTIVE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 
@@ -29,21 +28,11 @@ class QueueFull(StoreError):
     """More than ``BRAIN_MAX_QUEUED_RUNS`` runs are queued: try again later."""
 
 
-class QueueMixin:
-    """Queue operations; needs ``engine``, ``_one`` and ``_rows`` from the store."""
+class RunQueue(Database):
+    """The queue's reads and writes, on top of a store's :class:`Database`."""
 
-    @property
-    def engine(self) -> AsyncEngine:
-        raise NotImplementedError
-
-    async def _one(self, statement: Any, params: dict[str, Any] | None = None) -> Any:
-        raise NotImplementedError
-
-    async def _rows(self, query: Any) -> list[Any]:
-        raise NotImplementedError
-
-    async def _transaction(self, statements: list[tuple[Any, Any]]) -> None:
-        raise NotImplementedError
+    #: (when counted, count) for :meth:`_queued_estimate`.
+    _queued_cache: tuple[float, int] | None = None
 
     async def enqueue_run(self, *, run_id: str, workflow: str, definition_hash: str,
                           trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
@@ -56,8 +45,6 @@ class QueueMixin:
         repeated ``delivery_id``; ``(None, False)`` when ``fire_time`` was
         already claimed. Raises :class:`QueueFull` over ``max_queued``.
         """
-        from brain.store.store import utcnow
-
         # A repeated delivery id is caught by the unique index below; no lookup first.
         if max_queued is not None and await self._queued_estimate() >= max_queued:
             raise QueueFull(f"{max_queued} runs are already queued")
@@ -94,8 +81,6 @@ class QueueMixin:
 
     async def claim_fire(self, workflow: str, trigger_key: str, fire_time: datetime) -> bool:
         """Claim a fire without a run (a skipped fire still counts as handled)."""
-        from brain.store.store import utcnow
-
         try:
             await self._transaction([(insert(fires), dict(
                 workflow=workflow, trigger_key=trigger_key, fire_time=fire_time, run_id=None,
@@ -123,7 +108,7 @@ class QueueMixin:
         import time
 
         now = time.monotonic()
-        cached = getattr(self, "_queued_cache", None)
+        cached = self._queued_cache
         if cached is not None and now - cached[0] < 0.2:
             self._queued_cache = (cached[0], cached[1] + 1)
             return int(cached[1])
@@ -154,51 +139,30 @@ class QueueMixin:
                          lease_seconds: float) -> str | None:
         """Take the oldest queued run of one of ``workflows``; its id, or ``None``.
 
-        PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so each run goes to exactly one
-        executor. SQLite has one serving process per file; the conditional
-        update still makes a double claim impossible.
+        One statement: ``UPDATE ... WHERE id = (the oldest queued) RETURNING id``.
+        On PostgreSQL the pick skips rows other executors have locked (``FOR
+        UPDATE SKIP LOCKED``), so each run goes to exactly one executor; on
+        SQLite the writer thread makes it atomic.
         """
-        from brain.store.store import utcnow
-
         if not workflows:
             return None
         pick = (select(runs.c.id).where(runs.c.status == RunStatus.QUEUED.value,
                                         runs.c.workflow.in_(list(workflows)))
                 .order_by(runs.c.created_at).limit(1))
-        from brain.store.store import lease_clock
-
-        for _ in range(5):
-            now = utcnow()
-            values = dict(status=RunStatus.RUNNING.value, lease_owner=owner, started_at=now,
-                          lease_expires_at=lease_clock(self.engine.dialect.name)
-                          + timedelta(seconds=lease_seconds))
-            if self.engine.dialect.name == "postgresql":
-                async def claim(values: dict[str, Any] = values) -> str | None:
-                    async with self.engine.begin() as conn:
-                        found = (await conn.execute(pick.with_for_update(skip_locked=True))).scalar()
-                        if found is not None:
-                            await conn.execute(update(runs).where(runs.c.id == found)
-                                               .values(**values))
-                        return None if found is None else str(found)
-
-                from brain.store.store import _retrying
-
-                claimed: str | None = await _retrying(claim)
-                return claimed
-            found = await self._rows(pick)
-            if not found:
-                return None
-            run_id = str(found[0].id)
-            result = await self._one(update(runs).where(
-                runs.c.id == run_id, runs.c.status == RunStatus.QUEUED.value).values(**values))
-            if result.rowcount:
-                return run_id
-        return None
+        if self.dialect == "postgresql":
+            pick = pick.with_for_update(skip_locked=True)
+        claim = (update(runs)
+                 .where(runs.c.id == pick.scalar_subquery(),
+                        runs.c.status == RunStatus.QUEUED.value)
+                 .values(status=RunStatus.RUNNING.value, lease_owner=owner, started_at=utcnow(),
+                         lease_expires_at=lease_clock(self.dialect)
+                         + timedelta(seconds=lease_seconds))
+                 .returning(runs.c.id))
+        found = (await self._one(claim)).first()
+        return None if found is None else str(found.id)
 
     async def fail_queued(self, workflow: str, error: str) -> int:
         """Fail every queued run of ``workflow`` (it is no longer loaded)."""
-        from brain.store.store import utcnow
-
         result = await self._one(update(runs).where(runs.c.workflow == workflow,
                                                     runs.c.status == RunStatus.QUEUED.value)
                                  .values(status=RunStatus.FAILED.value, error=error,
@@ -213,9 +177,7 @@ class QueueMixin:
 
     async def expire_lease(self, run_id: str, owner: str | None) -> None:
         """End ``owner``'s lease on a run now (its process is known to be gone)."""
-        from brain.store.store import lease_clock
-
         await self._one(update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner,
                                            runs.c.status == RunStatus.RUNNING.value)
-                        .values(lease_expires_at=lease_clock(self.engine.dialect.name)
+                        .values(lease_expires_at=lease_clock(self.dialect)
                                 - timedelta(seconds=1)))

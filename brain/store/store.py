@@ -1,29 +1,21 @@
 """``Store``: every read and write of runs and steps, for SQLite and PostgreSQL alike.
 
-The runner, the CLI and (later) the server all go through these methods; no
-other module writes SQL.
+The runner, the CLI, the service and the server all go through these methods;
+no other module writes SQL. The connections under them are in
+:mod:`brain.store.database`, the queue's part in :mod:`brain.store.queue`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import logging
-import os
-import threading
-import time
-from collections.abc import AsyncIterator, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, and_, bindparam, delete, exists, func, insert, or_, select, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from brain._errors import LeaseLost, RunNotFound, StoreError
-from brain._secrets import remember, scrub
+from brain._clock import utcnow
+from brain._errors import LeaseLost, RunNotFound
 from brain.results import (
     FINISHED_RUN,
     RunResult,
@@ -33,315 +25,24 @@ from brain.results import (
     TriggerData,
     clean_text,
 )
-from brain.store import schema
 from brain.store.base import RunRecord, stored_trigger
-from brain.store.queue import QueueMixin
-from brain.store.tables import metadata, runs, steps
+from brain.store.database import lease_clock
+from brain.store.errors import database_problem
+from brain.store.queue import RunQueue
+from brain.store.tables import fires, runs, steps
+from brain.store.urls import default_url, redact_url
 
-DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
+__all__ = ["Store", "database_problem", "default_url", "lease_clock", "redact_url", "utcnow"]
+
 _FINISHED = [s.value for s in FINISHED_RUN]
-#: How long a write keeps being retried while the database is busy or unreachable.
-RETRY_SECONDS = 120.0
-log = logging.getLogger("brain.store")
 
 
-def default_url() -> str:
-    """``BRAIN_DATABASE_URL``, read now, or the SQLite default ``brain.db``."""
-    return os.environ.get("BRAIN_DATABASE_URL") or DEFAULT_URL
-
-
-def utcnow() -> datetime:
-    """The current time in UTC (timezone-aware)."""
-    return datetime.now(UTC)
-
-
-def lease_clock(dialect: str) -> Any:
-    """"Now" for leases: the database server's clock on PostgreSQL, where executors on several
-    machines compare leases (one whose clock runs ahead must not take live runs); this
-    machine's clock on SQLite, which one machine uses."""
-    return func.now() if dialect == "postgresql" else utcnow()
-
-
-_PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "sslkey_password")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password, in its user part or its query, shown as ``***``."""
-    unescaped = _unescaped_at(url)
-    if unescaped is not None:  # hide everything up to the last @; the query is not shown
-        user, _, host = unescaped
-        scheme, _, rest = url.partition("://")
-        authority = rest.split("/", 1)[0].split("?", 1)[0]
-        return f"{scheme}://{user}:***@{host}" + rest[len(authority):].split("?", 1)[0]
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return "<unparseable database URL>"
-    hidden = {k: "***" for k in parsed.query if k.lower() in _PASSWORD_QUERY_KEYS}
-    if hidden:
-        parsed = parsed.update_query_dict(hidden)
-    return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
-
-
-def _unescaped_at(url: str) -> tuple[str, str, str] | None:
-    """``(user, password, host)`` when the URL's password holds an unescaped ``@`` (which
-    URL parsers split at the wrong ``@``), else ``None``."""
-    authority = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0]
-    if authority.count("@") < 2:
-        return None
-    userinfo, host = authority.rsplit("@", 1)
-    user, _, password = userinfo.partition(":")
-    return user, password, host
-
-
-def _url_passwords(url: str) -> list[str]:
-    """Every password written in a database URL (user part and query)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return []
-    found = [parsed.password] if parsed.password else []
-    unescaped = _unescaped_at(url)
-    if unescaped is not None and unescaped[1]:
-        found.append(unescaped[1])
-    for key, value in parsed.query.items():
-        if key.lower() in _PASSWORD_QUERY_KEYS:
-            found.extend([value] if isinstance(value, str) else list(value))
-    return [str(v) for v in found]
-
-
-class Store(QueueMixin):
+class Store(RunQueue):
     """Where runs are recorded. ``Store()`` uses ``BRAIN_DATABASE_URL``.
 
     >>> async with Store("sqlite+aiosqlite:///runs.db") as store:   # doctest: +SKIP
     ...     print(await store.list_runs(limit=5))
     """
-
-    def __init__(self, url: str | None = None) -> None:
-        self.url = url or default_url()
-        for password in _url_passwords(self.url):
-            remember(password)  # scrubbed from whatever runs store
-        self._engine: AsyncEngine | None = None
-        self._auto: AsyncEngine | None = None
-        self._held: AsyncConnection | None = None
-        self._lock = asyncio.Lock()
-        self._batch: list[tuple[list[tuple[Any, Any]], asyncio.Future[None]]] = []
-        self._flushing = False
-        self._flusher: asyncio.Future[None] | None = None
-
-    def __repr__(self) -> str:
-        return f"Store({self.shown_url!r})"
-
-    @property
-    def shown_url(self) -> str:
-        """The URL with any password redacted: safe to print."""
-        return redact_url(self.url)
-
-    @property
-    def is_open(self) -> bool:
-        """Whether :meth:`open` has run (and :meth:`close` not yet)."""
-        return self._engine is not None
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """The SQLAlchemy engine; the store must be open."""
-        if self._engine is None:
-            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
-        return self._engine
-
-    async def open(self, *, check_schema: bool = True) -> Store:
-        """Connect, apply SQLite settings, and make sure the schema is current."""
-        if self._engine is not None:
-            return self
-        try:
-            url = make_url(self.url)
-        except ArgumentError:
-            raise StoreError(f"BRAIN_DATABASE_URL is not a database URL: {self.shown_url}") from None
-        kwargs: dict[str, Any] = {}
-        memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
-        if memory:
-            from sqlalchemy.pool import StaticPool
-
-            kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-        try:
-            engine = create_async_engine(url, **kwargs)
-            # Single statements go through an autocommit engine: one round trip to the
-            # driver's thread instead of three (BEGIN/COMMIT/reset), which is most of a
-            # step's cost on SQLite.
-            auto = engine if memory else create_async_engine(
-                url, isolation_level="AUTOCOMMIT", pool_reset_on_return=None, **kwargs)
-        except (ArgumentError, ImportError) as exc:
-            raise StoreError(f"cannot use database {self.shown_url}: {exc}") from None
-        if url.get_backend_name() == "sqlite":
-            _sqlite_settings(engine, memory=memory)
-            if auto is not engine:
-                _sqlite_settings(auto, memory=memory)
-            problem = None if memory else schema.sqlite_file_problem(url.database or "")
-            if problem:
-                raise StoreError(f"cannot open database {self.shown_url}: {problem}")
-        threads_before = set(threading.enumerate())
-        try:
-            if memory:
-                async with engine.begin() as conn:
-                    await conn.run_sync(metadata.create_all)
-            elif check_schema:
-                await schema.ensure_current(engine, auto_upgrade=url.get_backend_name() == "sqlite",
-                                            shown_url=self.shown_url)
-        except (StoreError, SQLAlchemyError, OSError, TypeError, ValueError) as exc:
-            # TypeError/ValueError: the driver refused a URL option (e.g. ?sslmode= for asyncpg).
-            await engine.dispose()
-            await auto.dispose()
-            # A connection that failed to open stops its aiosqlite thread without waiting;
-            # let that thread finish while the loop still runs (else, once the loop is
-            # closed, it dies with a traceback on stderr).
-            for thread in set(threading.enumerate()) - threads_before:
-                if "_connection_worker_thread" in thread.name:
-                    await asyncio.to_thread(thread.join, 1.0)
-            if isinstance(exc, StoreError):
-                raise
-            raise StoreError(f"cannot open database {self.shown_url}: {_short(exc)}") from None
-        self._engine, self._auto = engine, auto
-        return self
-
-    async def upgrade_schema(self) -> tuple[str | None, str]:
-        """Create or upgrade the schema (``brain db upgrade``); return (before, after) revisions."""
-        await self.open(check_schema=False)
-        try:
-            return await schema.upgrade(self.engine)
-        except (SQLAlchemyError, OSError) as exc:
-            raise StoreError(f"cannot upgrade database {self.shown_url}: {_short(exc)}") from None
-
-    async def close(self) -> None:
-        """Release connections (after any statement still in flight)."""
-        async with self._lock:
-            await self._close()
-
-    async def _close(self) -> None:
-        if self._held is not None:
-            with contextlib.suppress(Exception):
-                await self._held.close()
-            self._held = None
-        if self._engine is not None:
-            await self._engine.dispose()
-            if self._auto is not None and self._auto is not self._engine:
-                await self._auto.dispose()
-            self._engine = self._auto = None
-
-    async def __aenter__(self) -> Store:
-        return await self.open()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection]:
-        """The connection single statements share (autocommit), one user at a time.
-
-        Checking a connection out of the pool and resetting it costs more than
-        the statement itself on SQLite, so one is kept open.
-        """
-        if self._auto is None:
-            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
-        async with self._lock:
-            if self._auto is self._engine:  # in-memory: one shared connection, plain transactions
-                async with self._auto.begin() as conn:
-                    yield conn
-                return
-            if self._held is None or self._held.closed or self._held.invalidated:
-                self._held = await self._auto.connect()
-            try:
-                yield self._held
-            except DBAPIError as exc:
-                if exc.connection_invalidated:
-                    self._held = None
-                raise
-
-    async def _one(self, statement: Any, params: dict[str, Any] | None = None, *,
-                   retry: bool = True) -> Any:
-        """Run one statement atomically on its own: the cheap path.
-
-        Shielded: a caller cancelled mid-statement must not leave the shared
-        connection half-way through a round trip. A busy or briefly unreachable
-        database is retried (unless ``retry=False``).
-        """
-        async def go() -> Any:
-            async with self._connection() as conn:
-                result = await conn.execute(statement, params)
-                return result if not result.returns_rows else _Buffered(list(result.all()))
-        return await _shielded(_retrying(go) if retry else go())
-
-    async def _transaction(self, statements: list[tuple[Any, Any]]) -> None:
-        """Run ``(statement, params)`` pairs atomically.
-
-        On a SQLite file they go through the shared connection between an explicit
-        ``BEGIN IMMEDIATE`` and ``COMMIT`` (no pool checkout: the cheap path that
-        makes webhook ingest fast); elsewhere through a pooled transaction.
-        """
-        if self.engine.dialect.name != "sqlite" or self._auto is self._engine:
-            async def go() -> None:
-                async with self.engine.begin() as conn:
-                    for statement, params in statements:
-                        await conn.execute(statement, params)
-            await _shielded(_retrying(go))
-            return
-
-        # Group commit: transactions that arrive while one is being written wait and
-        # are committed together in the next, each caller still answered only after
-        # its own commit. Under concurrent webhooks this is most of the ingest rate.
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._batch.append((statements, future))
-        if not self._flushing:
-            self._flushing = True
-            self._flusher = asyncio.ensure_future(self._flush_batches())
-        await asyncio.shield(future)
-
-    async def _flush_batches(self) -> None:
-        try:
-            while self._batch:
-                batch, self._batch = self._batch, []
-                try:
-                    await _retrying(lambda b=batch: self._write_batch([st for st, _ in b]))
-                    outcomes: list[BaseException | None] = [None] * len(batch)
-                except Exception as exc:
-                    if _transient(exc):  # still down after the retries: all fail alike
-                        outcomes = [exc] * len(batch)
-                    else:
-                        # One of them broke a constraint (a repeated delivery, a claimed fire)
-                        # or cannot be written: write each alone, so only that one fails.
-                        outcomes = [await self._write_alone(stmts) for stmts, _ in batch]
-                except BaseException as exc:
-                    outcomes = [exc] * len(batch)
-                for (_, future), outcome in zip(batch, outcomes, strict=True):
-                    if future.done():
-                        continue
-                    if outcome is None:
-                        future.set_result(None)
-                    else:
-                        future.set_exception(outcome)
-        finally:
-            self._flushing = False
-
-    async def _write_alone(self, statements: list[tuple[Any, Any]]) -> BaseException | None:
-        try:
-            await _retrying(lambda: self._write_batch([statements]))
-        except Exception as exc:
-            return exc
-        return None
-
-    async def _write_batch(self, transactions: list[list[tuple[Any, Any]]]) -> None:
-        async with self._connection() as conn:
-            await conn.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                for statements in transactions:
-                    for statement, params in statements:
-                        await conn.execute(statement, params)
-                await conn.exec_driver_sql("COMMIT")
-            except BaseException:
-                # Never leave the shared connection inside an open transaction (a COMMIT
-                # that met a busy database included).
-                with contextlib.suppress(Exception):
-                    await conn.exec_driver_sql("ROLLBACK")
-                raise
 
     # --- writing runs -------------------------------------------------------
 
@@ -366,7 +67,7 @@ class Store(QueueMixin):
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
                        lease_expires_at=now + timedelta(seconds=lease_seconds))
-            if self.engine.dialect.name == "postgresql":  # the lease by the server's clock
+            if self.dialect == "postgresql":  # the lease by the server's clock
                 statements.append((update(runs).where(runs.c.id == run_id).values(
                     lease_expires_at=func.now() + timedelta(seconds=lease_seconds)), None))
         step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
@@ -378,7 +79,7 @@ class Store(QueueMixin):
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
         """Take a queued run, or a running one whose lease expired; ``True`` if taken."""
-        now = lease_clock(self.engine.dialect.name)
+        now = lease_clock(self.dialect)
         result = await self._one(
                 update(runs)
                 .where(runs.c.id == run_id)
@@ -403,7 +104,7 @@ class Store(QueueMixin):
         """Renew the lease (when ``lease_seconds``); return (still ours, cancel requested)."""
         if lease_seconds is not None:
             await self._one(update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner)
-                            .values(lease_expires_at=lease_clock(self.engine.dialect.name)
+                            .values(lease_expires_at=lease_clock(self.dialect)
                                     + timedelta(seconds=lease_seconds)),
                             retry=False)
         row = (await self._one(select(runs.c.lease_owner, runs.c.cancel_requested)
@@ -528,7 +229,7 @@ class Store(QueueMixin):
             if not owner_gone:
                 abandoned = abandoned.where(or_(
                     runs.c.lease_expires_at.is_(None),
-                    runs.c.lease_expires_at < lease_clock(self.engine.dialect.name)))
+                    runs.c.lease_expires_at < lease_clock(self.dialect)))
             statements.append(abandoned.values(**cancelled))
         statements.append(
             update(steps).where(steps.c.run_id == full,
@@ -544,30 +245,20 @@ class Store(QueueMixin):
         """Delete finished runs that ended before ``finished_before``, and schedule fire
         records claimed before it (each trigger's latest is kept: catch-up counts from
         it); return how many runs."""
-        from brain.store.tables import fires
-
-        async def go() -> int:
-            async with self.engine.begin() as conn:
-                ids = select(runs.c.id).where(runs.c.status.in_(_FINISHED),
-                                              runs.c.ended_at < finished_before)
-                await conn.execute(delete(steps).where(steps.c.run_id.in_(ids)))
-                result = await conn.execute(delete(runs).where(runs.c.status.in_(_FINISHED),
-                                                               runs.c.ended_at < finished_before))
-                newer = fires.alias("newer")
-                await conn.execute(delete(fires).where(
-                    fires.c.fire_time < finished_before,
-                    exists().where(newer.c.workflow == fires.c.workflow,
-                                   newer.c.trigger_key == fires.c.trigger_key,
-                                   newer.c.fire_time > fires.c.fire_time)))
-            return int(result.rowcount or 0)
-
-        return int(await _retrying(go))
+        ids = select(runs.c.id).where(runs.c.status.in_(_FINISHED),
+                                      runs.c.ended_at < finished_before)
+        newer = fires.alias("newer")
+        counts = await self._transaction([
+            (delete(steps).where(steps.c.run_id.in_(ids)), None),
+            (delete(runs).where(runs.c.status.in_(_FINISHED), runs.c.ended_at < finished_before),
+             None),
+            (delete(fires).where(fires.c.fire_time < finished_before,
+                                 exists().where(newer.c.workflow == fires.c.workflow,
+                                                newer.c.trigger_key == fires.c.trigger_key,
+                                                newer.c.fire_time > fires.c.fire_time)), None)])
+        return int(counts[1] or 0)
 
     # --- reading ------------------------------------------------------------
-
-    async def _rows(self, query: Any) -> list[Row[Any]]:
-        rows: list[Row[Any]] = (await self._one(query)).all()
-        return rows
 
     async def resolve_id(self, run_id: str) -> str:
         """The full id of the one run whose id is or starts with ``run_id``."""
@@ -640,23 +331,10 @@ class Store(QueueMixin):
 
     async def expired_runs(self) -> list[str]:
         """Ids of ``running`` runs whose lease has expired (their executor died)."""
-        now = lease_clock(self.engine.dialect.name)
+        now = lease_clock(self.dialect)
         rows = await self._rows(select(runs.c.id).where(runs.c.status == RunStatus.RUNNING.value,
                                                         runs.c.lease_expires_at < now))
         return [str(r.id) for r in rows]
-
-
-class _Buffered:
-    """Rows fetched inside the shielded call, so nothing is read after the lock is gone."""
-
-    def __init__(self, rows: list[Row[Any]]) -> None:
-        self.rows = rows
-
-    def all(self) -> list[Row[Any]]:
-        return self.rows
-
-    def first(self) -> Row[Any] | None:
-        return self.rows[0] if self.rows else None
 
 
 # The two statements every step runs, built once (building them costs more than running them).
@@ -691,55 +369,6 @@ def _check_lease(result: Any, owner: str | None) -> None:
         raise LeaseLost("this executor no longer holds the run's lease")
 
 
-def _transient(exc: BaseException) -> bool:
-    """A busy or briefly unreachable database: worth trying the same write again."""
-    if isinstance(exc, ConnectionError):
-        return True
-    if not isinstance(exc, DBAPIError):
-        return False
-    if exc.connection_invalidated:
-        return True
-    text = str(exc.orig or exc).lower()
-    if "database is locked" in text or "database table is locked" in text or "busy" in text:
-        return True
-    name = type(exc.orig).__name__
-    return name in _TRANSIENT_DRIVER_ERRORS or isinstance(exc.orig, ConnectionError)
-
-
-_TRANSIENT_DRIVER_ERRORS = frozenset({
-    "ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
-    "AdminShutdownError", "CrashShutdownError", "TooManyConnectionsError",
-    "ConnectionRejectionError"})
-
-
-async def _shielded(work: Any) -> Any:
-    """Await ``work`` shielded from the caller's cancellation; if the caller goes away (a
-    timed-out heartbeat), the work's eventual error is collected, not reported as
-    "never retrieved"."""
-    task = asyncio.ensure_future(work)
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())
-    return await asyncio.shield(task)
-
-
-async def _retrying(attempt: Any) -> Any:
-    """Await ``attempt()`` until it succeeds, retrying busy/unreachable-database errors
-    with backoff for up to :data:`RETRY_SECONDS`; other errors raise at once."""
-    deadline = time.monotonic() + RETRY_SECONDS
-    delay = 0.05
-    warned = False
-    while True:
-        try:
-            return await attempt()
-        except (DBAPIError, ConnectionError) as exc:
-            if not _transient(exc) or time.monotonic() + delay > deadline:
-                raise
-            if not warned:
-                log.warning("database busy or unreachable (%s); retrying", _short(exc))
-                warned = True
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
-
-
 def _trigger(row: Row[Any]) -> TriggerData:
     return TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
                        headers=json.loads(row.trigger_headers or "{}"))
@@ -757,39 +386,3 @@ def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
                      error=row.error, trigger=trigger, created_at=row.created_at,
                      started_at=row.started_at, ended_at=row.ended_at,
                      previous_run_id=row.previous_run_id, steps=step_results)
-
-
-def database_problem(exc: BaseException) -> str:
-    """One line saying what is wrong with the database (for an error that reached the CLI)."""
-    text = _short(exc)
-    if "async" in text.lower() and "driver" in text.lower():
-        return ("BRAIN_DATABASE_URL needs an async driver: sqlite+aiosqlite:///FILE or "
-                "postgresql+asyncpg://USER@HOST/DB")
-    return f"the database cannot be used: {scrub(text)}"
-
-
-def _short(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _sqlite_settings(engine: AsyncEngine, *, memory: bool) -> None:
-    """WAL, synchronous=NORMAL (FULL with BRAIN_SQLITE_SYNCHRONOUS), a busy timeout."""
-    from sqlalchemy import event
-
-    sync_mode = os.environ.get("BRAIN_SQLITE_SYNCHRONOUS", "NORMAL").upper()
-    if sync_mode not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-        raise StoreError(f"BRAIN_SQLITE_SYNCHRONOUS must be NORMAL (the default) or FULL "
-                         f"(also OFF or EXTRA), not {sync_mode!r}")
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        # The busy timeout first: switching a new file to WAL needs a lock another
-        # process opening the same new file may hold for a moment.
-        cur.execute("PRAGMA busy_timeout=10000")
-        if not memory:
-            cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA synchronous={sync_mode}")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()

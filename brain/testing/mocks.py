@@ -23,7 +23,7 @@ from brain.executors.function import output_text
 from brain.results import RunResult
 
 if TYPE_CHECKING:
-    from brain.dsl.workflow import Workflow
+    from brain.runnable import Workflow
     from brain.store.base import RunStore
 
 KINDS = ("shell", "llm", "mcp_tool", "step")

@@ -43,12 +43,11 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from apscheduler.triggers.cron import CronTrigger as _APCron
-
+from brain._clock import utcnow
+from brain.crontab import parse_cron
 from brain.dsl.triggers import CronTrigger, EveryTrigger, WatchTrigger, WebhookTrigger
 
 __all__ = [
@@ -88,7 +87,6 @@ MAX_SLEEP_SECONDS = 30.0
 
 _MICRO = timedelta(microseconds=1)
 _SCAN_LIMIT = 1_000_000  # a safety bound on one backward-search window
-_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
 
 def trigger_key(trig: CronTrigger | EveryTrigger | WebhookTrigger | WatchTrigger) -> str:
@@ -122,84 +120,12 @@ def _utc(when: datetime) -> datetime:
     return when.astimezone(UTC)
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def _micros(when: datetime) -> int:
     return (when - EPOCH) // _MICRO
 
 
 def _from_micros(micros: int) -> datetime:
     return EPOCH + timedelta(microseconds=micros)
-
-
-# --- cron expressions --------------------------------------------------------------------------
-
-
-def _weekday(token: str) -> int:
-    """A crontab day-of-week (name or 0-7, Sunday = 0 = 7) as 0-7."""
-    low = token.strip().lower()
-    if low in _DAY_NAMES:
-        return _DAY_NAMES.index(low)
-    if low.isdigit() and 0 <= int(low) <= 7:
-        return int(low)
-    raise ValueError(f"bad day of week {token!r}: use 0-7 (0 and 7 are Sunday) or sun..sat")
-
-
-def _crontab_weekdays(field: str) -> str:
-    """Translate a crontab day-of-week field to APScheduler 3.x (which counts from Monday).
-
-    The result lists day names (``"mon,tue,wed,thu,fri"``), which APScheduler
-    reads unambiguously.
-    """
-    if field == "*":
-        return "*"
-    days: set[int] = set()
-    for part in field.split(","):
-        body, slash, step_text = part.partition("/")
-        step = 1
-        if slash:
-            if not step_text.isdigit() or int(step_text) == 0:
-                raise ValueError(f"bad step in day-of-week field {field!r}")
-            step = int(step_text)
-        if body == "*":
-            low, high = 0, 6
-        elif "-" in body:
-            first, last = body.split("-", 1)
-            low, high = _weekday(first), _weekday(last)
-            if high < low and high == 0:  # "fri-sun": Sunday as 7
-                high = 7
-            if high < low:
-                raise ValueError(f"bad range {body!r} in day-of-week field {field!r}")
-        else:
-            low = _weekday(body)
-            high = 7 if slash else low  # "1/2" means 1-7/2, as in cronie
-        days.update(day % 7 for day in range(low, high + 1, step))
-    return ",".join(_DAY_NAMES[day] for day in sorted(days))
-
-
-@lru_cache(maxsize=1024)
-def parse_cron(expr: str) -> tuple[Any, ...]:
-    """APScheduler triggers matching a 5-field crontab expression on a naive (wall) clock.
-
-    They run in UTC so APScheduler applies no DST rule: the wall-clock times
-    they yield are mapped to instants by this module. Usually one trigger;
-    two when both day fields are restricted (either may match). Raises
-    ``ValueError`` for a bad expression.
-    """
-    fields = expr.split()
-    if len(fields) != 5:
-        raise ValueError(f"bad cron expression {expr!r}: it needs 5 fields (minute hour day month weekday)")
-    minute, hour, day, month, weekday = fields
-    days_of_week = _crontab_weekdays(weekday)
-
-    def build(day_field: str, weekday_field: str) -> Any:
-        return _APCron.from_crontab(f"{minute} {hour} {day_field} {month} {weekday_field}", timezone=UTC)
-
-    if day.startswith("*") or weekday.startswith("*"):
-        return (build(day, days_of_week),)
-    return build(day, "*"), build("*", days_of_week)
 
 
 def _next_wall(triggers: tuple[Any, ...], wall: datetime) -> datetime | None:
@@ -362,7 +288,7 @@ class Scheduler:
         await scheduler.run()  # forever; cancel the task to stop
     """
 
-    def __init__(self, fire: FireCallback, clock: Callable[[], datetime] = _utcnow,
+    def __init__(self, fire: FireCallback, clock: Callable[[], datetime] = utcnow,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *,
                  grace: timedelta = CURRENT_FIRE_GRACE,
                  max_sleep: float = MAX_SLEEP_SECONDS) -> None:

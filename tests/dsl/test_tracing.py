@@ -11,7 +11,6 @@ from support import definition_error
 
 import brain
 from brain import WorkflowDefinitionError, cron, parallel, secret, shell, step, trigger, webhook, workflow
-from brain.dsl.workflow import REGISTRY
 
 MISUSE = "step outputs exist only at run time; transform them in a @step"
 
@@ -806,35 +805,7 @@ def test_decorating_records_steps_but_runs_nothing(tmp_path) -> None:
     assert not marker.exists()
 
 
-# --- the registry -------------------------------------------------------------------------
-
-
-def test_redefining_a_workflow_replaces_the_earlier_one() -> None:
-    @workflow(name="twice")
-    def first():
-        ok("one")
-
-    assert REGISTRY["twice"] is first
-
-    @workflow(name="twice")
-    def second():
-        ok("two")
-
-    assert REGISTRY["twice"] is second
-    assert REGISTRY["twice"].graph.nodes == ("two",)
-
-
-def test_a_failed_definition_does_not_replace_the_working_one() -> None:
-    @workflow(name="stable")
-    def working():
-        ok("one")
-
-    def broken():
-        ok("one")
-        ok("one")
-
-    definition_error(broken, name="stable")
-    assert REGISTRY["stable"] is working
+# --- names -------------------------------------------------------------------------------
 
 
 def test_workflow_name_defaults_to_the_function_name() -> None:
@@ -845,4 +816,3 @@ def test_workflow_name_defaults_to_the_function_name() -> None:
 
     assert my_flow.name == "my_flow"
     assert my_flow.description == "Says hello."
-    assert REGISTRY["my_flow"] is my_flow

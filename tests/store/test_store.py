@@ -651,7 +651,7 @@ def test_prune_deletes_old_fire_records_but_each_triggers_latest(backend: Backen
 
 def test_a_write_waits_out_another_process_holding_the_lock(tmp_path: Path) -> None:
     """Longer than SQLite's busy timeout: the write is retried, not lost."""
-    import brain.store.store as store_module
+    from brain.store.errors import RETRY_SECONDS
 
     db = tmp_path / "locked.db"
     url = f"sqlite+aiosqlite:///{db}"
@@ -660,8 +660,7 @@ def test_a_write_waits_out_another_process_holding_the_lock(tmp_path: Path) -> N
         async with Store(url) as store:
             run_id = await make_run(store, "locked", owner="me:1:a")
             # A short busy timeout stands in for a lock held longer than the real one.
-            async with store._connection() as conn:
-                await conn.exec_driver_sql("PRAGMA busy_timeout=200")
+            await store._write(lambda conn: conn.exec_driver_sql("PRAGMA busy_timeout=200"))
             holder = subprocess.Popen(  # noqa: ASYNC220 - a short-lived helper process
                 ["python3", "-c", "import sqlite3, sys, time\n"
                  "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
@@ -677,7 +676,7 @@ def test_a_write_waits_out_another_process_holding_the_lock(tmp_path: Path) -> N
             run = await store.get_run(run_id)
             assert run.status == "succeeded" and run.steps["one"].output == "kept"
 
-    assert store_module.RETRY_SECONDS > 2
+    assert RETRY_SECONDS > 2
     asyncio.run(go())
 
 

@@ -1,0 +1,145 @@
+"""``@workflow`` and the callable :class:`Workflow` it returns: a traced spec you can run.
+
+This sits above the runner: the DSL (:mod:`brain.dsl`) only traces a function
+into a plain :class:`~brain.dsl.model.WorkflowSpec`; running it, now or through
+a queue, is added here.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from brain._errors import WorkflowDefinitionError
+from brain._secrets import declare_secret_names, remember
+from brain.dsl.model import WorkflowGraph, WorkflowSpec
+from brain.dsl.tracing import current_tracer
+from brain.dsl.triggers import TriggerSpec
+from brain.dsl.workflow import trace_workflow
+from brain.results import RunResult, TriggerData
+
+if TYPE_CHECKING:
+    from brain.runner.events import EventHandler
+    from brain.store.base import RunStore
+
+
+class Workflow:
+    """A traced workflow. Call it to run it: ``result = wf(trigger={"body": "..."})``."""
+
+    def __init__(self, fn: Callable[[], Any], spec: WorkflowSpec) -> None:
+        self.fn = fn
+        self.spec = spec
+        self.name = spec.name
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self.source_dir = os.path.dirname(spec.source_file) if spec.source_file else os.getcwd()
+        self.definition_hash = spec.definition_hash()
+        #: The service executing this workflow in this process, if any (it sets this when it
+        #: starts serving the workflow): where :meth:`enqueue` sends runs.
+        self.served_by: Any = None
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name!r}: {len(self.spec.steps)} steps>"
+
+    @property
+    def graph(self) -> WorkflowGraph:
+        """``nodes`` (step names in call order) and ``edges`` (``(upstream, downstream)``)."""
+        return self.spec.graph
+
+    @property
+    def triggers(self) -> tuple[TriggerSpec, ...]:
+        """The triggers given to ``@workflow(triggers=[...])``."""
+        return self.spec.triggers
+
+    @property
+    def description(self) -> str | None:
+        """The description, or the function's docstring."""
+        return self.spec.description
+
+    async def arun(self, trigger: object = None, *, store: RunStore | str | None = None,
+                   on_event: EventHandler | None = None) -> RunResult:
+        """Run now and wait for the result (async form of calling the workflow).
+
+        The run is recorded in ``store`` (a :class:`brain.store.Store` or a
+        database URL), else in ``BRAIN_DATABASE_URL``.
+        """
+        from brain.runner import run_workflow_now
+
+        return await run_workflow_now(self, trigger, store=store, on_event=on_event)
+
+    async def enqueue(self, body: object = None, *, headers: dict[str, str] | None = None) -> str:
+        """Queue a run for the executors and return its id (committed before this returns).
+
+        Inside a process serving this workflow (``brain serve``, ``brain worker``
+        or a host app with ``BrainPlugin``) the run goes to that service's queue;
+        otherwise it is written to ``BRAIN_DATABASE_URL`` for a running ``brain
+        serve`` or ``brain worker`` to take.
+        """
+        trigger = TriggerData.from_input({"body": body, "headers": headers or {}}, event="manual")
+        service = self.served_by
+        if service is not None and service.workflows.get(self.name) is self:
+            run_id, _ = await service.enqueue(self, trigger, trigger_key="api")
+            return str(run_id)
+        from brain.store import Store
+
+        async with Store() as store:
+            run_id, _ = await store.enqueue_run(
+                run_id=uuid.uuid4().hex, workflow=self.name, definition_hash=self.definition_hash,
+                trigger=trigger, step_rows=[(s.name, s.kind) for s in self.spec.steps],
+                trigger_key="api")
+        return str(run_id)
+
+    def run(self, trigger: object = None, *, store: RunStore | str | None = None,
+            on_event: EventHandler | None = None) -> RunResult:
+        """Run now and return the :class:`RunResult`; works inside a running event loop too."""
+        if current_tracer() is not None:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name!r} was called while tracing another workflow: "
+                f"sub-workflows are not supported yet")
+        from brain._sync import run_sync
+
+        return run_sync(self.arun(trigger, store=store, on_event=on_event),
+                        thread_name=f"brain-run-{self.name}")
+
+    __call__ = run
+
+
+@overload
+def workflow(fn: Callable[[], Any], /) -> Workflow: ...
+
+
+@overload
+def workflow(*, name: str | None = None, triggers: Sequence[TriggerSpec] = (),
+             description: str | None = None,
+             max_concurrent_runs: int | None = None) -> Callable[[Callable[[], Any]], Workflow]: ...
+
+
+def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
+             triggers: Sequence[TriggerSpec] = (), description: str | None = None,
+             max_concurrent_runs: int | None = None) -> Any:
+    """Trace a plain function into a workflow, once, when it is decorated.
+
+    >>> @workflow                                  # doctest: +SKIP
+    ... def hello():
+    ...     who = shell("who", command="whoami")
+    ...     shell("greet", argv=["echo", f"hello {who}"])
+    >>> hello().succeeded                          # doctest: +SKIP
+    True
+    """
+
+    def decorate(f: Callable[[], Any]) -> Workflow:
+        spec = trace_workflow(f, name or f.__name__, list(triggers), description,
+                              max_concurrent_runs)
+        # What this workflow declares secret is kept from every step of every workflow
+        # in this process, and scrubbed from all that is stored.
+        names, literals = spec.declared_secrets
+        declare_secret_names(names)
+        for literal in literals:
+            remember(literal)
+        return Workflow(f, spec)
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

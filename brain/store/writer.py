@@ -1,0 +1,214 @@
+"""One writer per SQLite database: a thread that commits whatever is queued, together.
+
+Every write of a store on a SQLite file goes through its :class:`SqliteWriter`:
+the event loop queues a job (a function of a plain synchronous connection),
+the thread takes every job queued so far, runs them in one ``BEGIN IMMEDIATE``
+... ``COMMIT``, and answers each caller after that commit. A write costs two
+thread hand-offs (there and back) however many statements it holds, and
+writes that arrive together share one commit: the step that finishes while
+another step's start is waiting goes out in the same transaction.
+
+One job that breaks a constraint (a repeated webhook delivery, a claimed
+schedule fire) does not fail the others: the batch is rolled back and each job
+is written alone. A busy or briefly unreachable database is retried for up to
+:data:`~brain.store.errors.RETRY_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.pool import NullPool
+
+from brain._errors import StoreError
+from brain.store.errors import RETRY_SECONDS, short, transient
+
+log = logging.getLogger("brain.store")
+
+Job = Callable[[Connection], Any]
+
+
+@dataclass
+class _Queued:
+    job: Job
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    outcome: Any = None
+    failed: BaseException | None = field(default=None)
+
+
+class SqliteWriter:
+    """The thread that owns a SQLite database's only writing connection.
+
+    ``configure`` is called with the synchronous engine before the first
+    connection opens (to set the database's pragmas).
+    """
+
+    def __init__(self, url: URL, configure: Callable[[Engine], None]) -> None:
+        # The same file through the standard library's sqlite3 (no async driver in between);
+        # autocommit, so the transactions below are exactly the BEGIN/COMMIT written here.
+        self._engine = create_engine(url.set(drivername="sqlite"), poolclass=NullPool,
+                                     isolation_level="AUTOCOMMIT")
+        configure(self._engine)
+        self._jobs: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Start the thread (connecting happens there, on its first job)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="brain-sqlite-writer",
+                                            daemon=True)
+            self._thread.start()
+
+    async def run(self, job: Job) -> Any:
+        """Run ``job(connection)`` inside a committed transaction; its return value.
+
+        The write is queued at once and happens even if the caller is cancelled
+        while it waits (it is never left half-done).
+        """
+        if self._closed:
+            raise StoreError("the store is closed")
+        loop = asyncio.get_running_loop()
+        queued = _Queued(job, loop, loop.create_future())
+        self._jobs.put(queued)
+        return await queued.future
+
+    async def close(self) -> None:
+        """Write what is queued, then stop the thread and close its connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(None)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        self._engine.dispose()
+
+    # --- in the thread ---
+
+    def _serve(self) -> None:
+        conn: Connection | None = None
+        try:
+            while True:
+                first = self._jobs.get()
+                if first is None:
+                    return
+                batch = [first]
+                stop = False
+                while True:
+                    try:
+                        more = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        stop = True
+                        break
+                    batch.append(more)
+                if conn is None or conn.closed or conn.invalidated:
+                    conn = self._connect(batch)
+                if conn is not None:
+                    self._commit(conn, batch)
+                _answer(batch)
+                if stop:
+                    return
+        finally:
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # closing a broken connection
+                    pass
+
+    def _connect(self, batch: list[_Queued]) -> Connection | None:
+        try:
+            conn: Connection = _retrying(self._engine.connect)
+        except Exception as exc:  # every caller is told
+            for item in batch:
+                item.failed = exc
+            return None
+        return conn
+
+    def _commit(self, conn: Connection, batch: list[_Queued]) -> None:
+        try:
+            outcomes = _retrying(lambda: _transaction(conn, [item.job for item in batch]))
+        except Exception as exc:  # decided below, per job
+            if transient(exc) or len(batch) == 1:
+                for item in batch:
+                    item.failed = exc
+                return
+            # One of them broke a constraint or cannot be written: each alone, so
+            # only that one fails.
+            for item in batch:
+                try:
+                    item.outcome = _retrying(partial(_transaction, conn, [item.job]))[0]
+                except Exception as alone:  # that caller is told
+                    item.failed = alone
+            return
+        for item, outcome in zip(batch, outcomes, strict=True):
+            item.outcome = outcome
+
+
+def _transaction(conn: Connection, jobs: list[Job]) -> list[Any]:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    try:
+        outcomes = [job(conn) for job in jobs]
+        conn.exec_driver_sql("COMMIT")
+    except BaseException:
+        # Never leave the connection inside an open transaction (a COMMIT that met a
+        # busy database included).
+        try:
+            conn.exec_driver_sql("ROLLBACK")
+        except Exception:  # nothing was open
+            pass
+        raise
+    return outcomes
+
+
+def _retrying(attempt: Callable[[], Any]) -> Any:
+    """``attempt()`` until it succeeds, retrying a busy database with backoff for up to
+    :data:`RETRY_SECONDS`; other errors raise at once."""
+    deadline = time.monotonic() + RETRY_SECONDS
+    delay = 0.05
+    warned = False
+    while True:
+        try:
+            return attempt()
+        except Exception as exc:
+            if not transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            if not warned:
+                log.warning("database busy or unreachable (%s); retrying", short(exc))
+                warned = True
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+def _answer(batch: list[_Queued]) -> None:
+    """Hand each outcome back to its caller's loop: one wake-up per loop, not per job."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Queued]] = {}
+    for item in batch:
+        by_loop.setdefault(item.loop, []).append(item)
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, items)
+        except RuntimeError:  # that loop is closed: nobody is waiting any more
+            pass
+
+
+def _settle(items: list[_Queued]) -> None:
+    for item in items:
+        if item.future.done():  # the caller stopped waiting
+            continue
+        if item.failed is not None:
+            item.future.set_exception(item.failed)
+        else:
+            item.future.set_result(item.outcome)
