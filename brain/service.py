@@ -104,6 +104,7 @@ class BrainService:
         self._watchers: list[Any] = []
         self._scheduler: Any = None
         self.started = False
+        self._catching_up = False
 
     # --- life cycle ------------------------------------------------------------
 
@@ -375,7 +376,11 @@ class BrainService:
 
         self._scheduler = Scheduler(self._fire)
         self._scheduler.set_schedules(schedules)
-        await self._scheduler.catch_up(self.store.last_fire)
+        self._catching_up = True
+        try:
+            await self._scheduler.catch_up(self.store.last_fire)
+        finally:
+            self._catching_up = False
         await self._scheduler.run()
 
     async def _fire(self, workflow: str, key: str, trig: Any, fire_time: datetime) -> None:
@@ -386,8 +391,9 @@ class BrainService:
         from brain.triggers.schedule import CURRENT_FIRE_GRACE
 
         # overlap="skip" is about live fires piling up; fires being caught up after
-        # downtime (catchup="all") each get their run.
-        live = utcnow() - fire_time <= CURRENT_FIRE_GRACE
+        # downtime each get their run, the one still current at start-up included (the
+        # runs of the fires caught up just before it must not make it skip).
+        live = not self._catching_up and utcnow() - fire_time <= CURRENT_FIRE_GRACE
         if trig.overlap == "skip" and live and await self.store.count_active(
                 workflow=workflow, trigger_key=key):
             if await self.store.claim_fire(workflow, key, fire_time):

@@ -1,12 +1,13 @@
 """``Database``: a store's connections, and the three ways it talks to them.
 
-Reads (:meth:`Database._rows`) go through SQLAlchemy's async engine. Writes
-(:meth:`Database._one` with an ``INSERT``/``UPDATE``/``DELETE``, and
-:meth:`Database._transaction`) go, on a SQLite file, to the database's single
-writer thread (:mod:`brain.store.writer`), which commits whatever is queued
-together; on PostgreSQL (and an in-memory SQLite) through the engine's pool.
-A busy or briefly unreachable database is retried, never reported as a lost
-write, for up to :data:`~brain.store.errors.RETRY_SECONDS`.
+On SQLite, reads and writes go to two threads of the store's own, each with a
+plain ``sqlite3`` connection (:mod:`brain.store.sqlite_threads`): the writer
+commits whatever is queued together, the reader runs queries beside it. No
+async driver is imported for SQLite. On PostgreSQL they go through
+SQLAlchemy's async engine (asyncpg): single statements on one autocommit
+connection, transactions through the pool. A busy or briefly unreachable
+database is retried, never reported as a lost write, for up to
+:data:`~brain.store.errors.RETRY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -15,24 +16,26 @@ import asyncio
 import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Self
+from functools import partial
+from typing import TYPE_CHECKING, Any, Self
 
 from sqlalchemy import Engine, Row, func
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from brain._clock import utcnow
 from brain._errors import StoreError
 from brain._secrets import remember
 from brain.store import schema
 from brain.store.errors import RETRY_SECONDS, short, transient
+from brain.store.sqlite_threads import SqliteThread
 from brain.store.tables import metadata
 from brain.store.urls import default_url, redact_url, url_passwords
-from brain.store.writer import SqliteWriter
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 log = logging.getLogger("brain.store")
 
@@ -46,7 +49,7 @@ def lease_clock(dialect: str) -> Any:
 
 class Written:
     """What a statement left behind, fetched before its connection moved on: its rows
-    (``RETURNING`` or a query) and how many rows it changed."""
+    (a query's, or ``RETURNING``) and how many rows it changed."""
 
     def __init__(self, rows: list[Row[Any]], rowcount: int) -> None:
         self.rows = rows
@@ -73,10 +76,15 @@ class Database:
         self.url = url or default_url()
         for password in url_passwords(self.url):
             remember(password)  # scrubbed from whatever runs store
+        self._open = False
+        self._url: URL | None = None
+        # SQLite: the writer and the reader (one thread for both in memory).
+        self._writer: SqliteThread | None = None
+        self._reader: SqliteThread | None = None
+        # PostgreSQL (and, on request, SQLite for tools): SQLAlchemy's async engines.
         self._engine: AsyncEngine | None = None
         self._auto: AsyncEngine | None = None
         self._held: AsyncConnection | None = None
-        self._writer: SqliteWriter | None = None
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -90,100 +98,132 @@ class Database:
     @property
     def is_open(self) -> bool:
         """Whether :meth:`open` has run (and :meth:`close` not yet)."""
-        return self._engine is not None
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """The SQLAlchemy engine; the store must be open."""
-        if self._engine is None:
-            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
-        return self._engine
+        return self._open
 
     @property
     def dialect(self) -> str:
         """``"sqlite"`` or ``"postgresql"``; the store must be open."""
-        return self.engine.dialect.name
+        if self._url is None:
+            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
+        return self._url.get_backend_name()
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """A SQLAlchemy async engine on this database, for tools and tests (the store's own
+        SQLite traffic does not use it); the store must be open."""
+        if not self._open or self._url is None:
+            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
+        if self._engine is None:
+            from sqlalchemy.ext.asyncio import create_async_engine
+
+            self._engine = create_async_engine(self._url)
+            if self.dialect == "sqlite":
+                _sqlite_settings(self._engine.sync_engine, memory=False)
+        return self._engine
 
     async def open(self, *, check_schema: bool = True) -> Self:
         """Connect, apply SQLite settings, and make sure the schema is current."""
-        if self._engine is not None:
+        if self._open:
             return self
         try:
             url = make_url(self.url)
         except ArgumentError:
             raise StoreError(f"BRAIN_DATABASE_URL is not a database URL: {self.shown_url}") from None
-        kwargs: dict[str, Any] = {}
-        sqlite = url.get_backend_name() == "sqlite"
-        memory = sqlite and url.database in (None, "", ":memory:")
-        if memory:
-            from sqlalchemy.pool import StaticPool
+        if url.drivername == "postgresql":  # no driver named: asyncpg, the one The Brain uses
+            url = url.set(drivername="postgresql+asyncpg")
+        if url.get_backend_name() == "sqlite":  # any driver named: the store uses sqlite3 itself
+            await self._open_sqlite(url, check_schema)
+        elif url.drivername == "postgresql+asyncpg":
+            await self._open_async(url, check_schema)
+        else:
+            raise StoreError(
+                f"BRAIN_DATABASE_URL must be SQLite (sqlite+aiosqlite:///FILE) or PostgreSQL "
+                f"through asyncpg (postgresql+asyncpg://USER@HOST/DB), not {self.shown_url}")
+        self._url, self._open = url, True
+        return self
 
-            kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-        try:
-            engine = create_async_engine(url, **kwargs)
-            # Single statements go through an autocommit engine: one round trip to the
-            # driver instead of three (BEGIN/COMMIT/reset).
-            auto = engine if memory else create_async_engine(
-                url, isolation_level="AUTOCOMMIT", pool_reset_on_return=None, **kwargs)
-        except (ArgumentError, ImportError) as exc:
-            raise StoreError(f"cannot use database {self.shown_url}: {exc}") from None
-        writer = None
-        if sqlite:
-            for each in {engine, auto}:
-                _sqlite_settings(each.sync_engine, memory=memory)
-            problem = None if memory else schema.sqlite_file_problem(url.database or "")
+    async def _open_sqlite(self, url: URL, check_schema: bool) -> None:
+        memory = url.database in (None, "", ":memory:")
+        if not memory:
+            problem = schema.sqlite_file_problem(url.database or "")
             if problem:
                 raise StoreError(f"cannot open database {self.shown_url}: {problem}")
-            if not memory:
-                writer = SqliteWriter(url, lambda e: _sqlite_settings(e, memory=False))
-        threads_before = set(threading.enumerate())
+        configure = partial(_sqlite_settings, memory=memory)
+        try:
+            writer = SqliteThread(url, configure, name="brain-sqlite-writer")
+            reader = writer if memory else SqliteThread(url, configure, name="brain-sqlite-reader")
+        except (ArgumentError, ImportError) as exc:
+            raise StoreError(f"cannot use database {self.shown_url}: {exc}") from None
         try:
             if memory:
-                async with engine.begin() as conn:
-                    await conn.run_sync(metadata.create_all)
+                await writer.run(metadata.create_all, write=True)
             elif check_schema:
-                await schema.ensure_current(engine, auto_upgrade=sqlite, shown_url=self.shown_url)
+                await schema.ensure_current(
+                    partial(_sqlite_revision, reader), partial(_sqlite_upgrade, url),
+                    auto_upgrade=True, shown_url=self.shown_url)
+        except (StoreError, SQLAlchemyError, OSError) as exc:
+            await writer.close()
+            await reader.close()
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"cannot open database {self.shown_url}: {short(exc)}") from None
+        self._writer, self._reader = writer, reader
+
+    async def _open_async(self, url: URL, check_schema: bool) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        try:
+            engine = create_async_engine(url)
+            # Single statements go through an autocommit engine: one round trip to the
+            # server instead of three (BEGIN/COMMIT/reset).
+            auto = create_async_engine(url, isolation_level="AUTOCOMMIT",
+                                       pool_reset_on_return=None)
+        except (ArgumentError, ImportError) as exc:
+            raise StoreError(f"cannot use database {self.shown_url}: {exc}") from None
+        try:
+            if check_schema:
+                await schema.ensure_current(
+                    partial(schema.current_revision, engine), partial(schema.upgrade_engine, engine),
+                    auto_upgrade=False, shown_url=self.shown_url)
         except (StoreError, SQLAlchemyError, OSError, TypeError, ValueError) as exc:
             # TypeError/ValueError: the driver refused a URL option (e.g. ?sslmode= for asyncpg).
             await engine.dispose()
             await auto.dispose()
-            # A connection that failed to open stops its aiosqlite thread without waiting;
-            # let that thread finish while the loop still runs (else, once the loop is
-            # closed, it dies with a traceback on stderr).
-            for thread in set(threading.enumerate()) - threads_before:
-                if "_connection_worker_thread" in thread.name:
-                    await asyncio.to_thread(thread.join, 1.0)
             if isinstance(exc, StoreError):
                 raise
             raise StoreError(f"cannot open database {self.shown_url}: {short(exc)}") from None
-        if writer is not None:
-            writer.start()
-        self._engine, self._auto, self._writer = engine, auto, writer
-        return self
+        self._engine, self._auto = engine, auto
 
     async def upgrade_schema(self) -> tuple[str | None, str]:
         """Create or upgrade the schema (``brain db upgrade``); return (before, after) revisions."""
         await self.open(check_schema=False)
+        assert self._url is not None
         try:
-            return await schema.upgrade(self.engine)
+            if self._reader is not None:
+                return await schema.upgrade(partial(_sqlite_revision, self._reader),
+                                            partial(_sqlite_upgrade, self._url), self.shown_url)
+            engine = self.engine
+            return await schema.upgrade(partial(schema.current_revision, engine),
+                                        partial(schema.upgrade_engine, engine), self.shown_url)
         except (SQLAlchemyError, OSError) as exc:
             raise StoreError(f"cannot upgrade database {self.shown_url}: {short(exc)}") from None
 
     async def close(self) -> None:
         """Release connections (after every write already queued)."""
         async with self._lock:
-            if self._writer is not None:
-                await self._writer.close()
-                self._writer = None
+            self._open = False
+            for thread in {self._writer, self._reader} - {None}:
+                assert thread is not None
+                await thread.close()
+            self._writer = self._reader = None
             if self._held is not None:
                 with contextlib.suppress(Exception):
                     await self._held.close()
                 self._held = None
-            if self._engine is not None:
-                await self._engine.dispose()
-                if self._auto is not None and self._auto is not self._engine:
-                    await self._auto.dispose()
-                self._engine = self._auto = None
+            for engine in (self._engine, self._auto):
+                if engine is not None:
+                    await engine.dispose()
+            self._engine = self._auto = None
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -193,18 +233,10 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection]:
-        """The connection single statements share (autocommit), one user at a time.
-
-        Checking a connection out of the pool and resetting it costs more than
-        the statement itself on SQLite, so one is kept open.
-        """
+        """PostgreSQL: the connection single statements share (autocommit), one user at a time."""
         if self._auto is None:
             raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
         async with self._lock:
-            if self._auto is self._engine:  # in-memory: one shared connection, plain transactions
-                async with self._auto.begin() as conn:
-                    yield conn
-                return
             if self._held is None or self._held.closed or self._held.invalidated:
                 self._held = await self._auto.connect()
             try:
@@ -218,13 +250,16 @@ class Database:
                    retry: bool = True) -> Written:
         """Run one statement atomically on its own: the cheap path.
 
-        A write to a SQLite file goes to the writer thread. Anything else is
-        shielded: a caller cancelled mid-statement must not leave the shared
-        connection half-way through a round trip. A busy or briefly
-        unreachable database is retried (unless ``retry=False``).
+        On SQLite a write goes to the writer thread, a query to the reader. On
+        PostgreSQL it is shielded: a caller cancelled mid-statement must not
+        leave the shared connection half-way through a round trip. A busy or
+        briefly unreachable database is retried (unless ``retry=False``, on
+        PostgreSQL).
         """
-        if self._writer is not None and getattr(statement, "is_dml", False):
-            written: Written = await self._writer.run(lambda conn: _execute(statement, params, conn))
+        if self._writer is not None and self._reader is not None:
+            write = bool(getattr(statement, "is_dml", False))
+            thread = self._writer if write else self._reader
+            written: Written = await thread.run(partial(_execute, statement, params), write=write)
             return written
 
         async def go() -> Written:
@@ -240,20 +275,47 @@ class Database:
     async def _transaction(self, statements: list[tuple[Any, Any]]) -> list[int]:
         """Run ``(statement, params)`` pairs atomically; how many rows each changed."""
         if self._writer is not None:
-            counts: list[int] = await self._writer.run(
-                lambda conn: [conn.execute(st, params).rowcount for st, params in statements])
+            counts: list[int] = await self._writer.run(partial(_counts, statements), write=True)
             return counts
+        if self._engine is None:
+            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
+        engine = self._engine
 
         async def go() -> list[int]:
-            async with self.engine.begin() as conn:
+            async with engine.begin() as conn:
                 return [(await conn.execute(st, params)).rowcount for st, params in statements]
         return await _shielded(_retrying(go))  # type: ignore[no-any-return]
 
     async def _write(self, job: Callable[[Connection], Any]) -> Any:
-        """Run ``job(connection)`` in the SQLite writer's next transaction (SQLite files only)."""
+        """Run ``job(connection)`` in the SQLite writer's next transaction (SQLite only)."""
         if self._writer is None:
-            raise StoreError("only a store on a SQLite file has a writer thread")
-        return await self._writer.run(job)
+            raise StoreError("only a store on SQLite has a writer thread")
+        return await self._writer.run(job, write=True)
+
+
+def _counts(statements: list[tuple[Any, Any]], conn: Connection) -> list[int]:
+    return [conn.execute(statement, params).rowcount for statement, params in statements]
+
+
+async def _sqlite_revision(reader: SqliteThread) -> str | None:
+    revision: str | None = await reader.run(schema.revision_of, write=False)
+    return revision
+
+
+async def _sqlite_upgrade(url: URL) -> None:
+    """Run the migrations on their own connection, in a thread (Alembic is synchronous)."""
+    def go() -> None:
+        from sqlalchemy import create_engine
+
+        engine = create_engine(url.set(drivername="sqlite"))
+        _sqlite_settings(engine, memory=False)
+        try:
+            with engine.begin() as conn:
+                schema.apply_migrations(conn)
+        finally:
+            engine.dispose()
+
+    await asyncio.to_thread(go)
 
 
 async def _shielded(work: Any) -> Any:

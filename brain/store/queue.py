@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -96,11 +96,9 @@ class RunQueue(Database):
         value = found[0][0] if found else None
         if value is None:
             return None
-        from brain.store.tables import UTCDateTime
-
         if isinstance(value, str):  # SQLite aggregates lose the column type
             value = datetime.fromisoformat(value)
-        return UTCDateTime().process_result_value(value, self.engine.dialect)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
     async def _queued_estimate(self) -> int:
         """The queue length, counted at most every 0.2 s (the limit is a safety valve,

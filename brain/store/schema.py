@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import threading
 import weakref
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from brain._errors import StoreError
 from brain.store.tables import SCHEMA_REVISION
@@ -78,17 +83,31 @@ def _unknown(revision: str | None, shown_url: str) -> StoreError | None:
     return _newer(revision, shown_url)
 
 
-async def current_revision(engine: AsyncEngine) -> str | None:
-    """The revision the database is at, or ``None`` for an empty database."""
-    async with engine.connect() as conn:
-        try:
-            value = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
-        except DBAPIError:  # no such table: a new database
-            return None
+RevisionReader = Callable[[], Awaitable[str | None]]
+Migrator = Callable[[], Awaitable[None]]
+
+
+def revision_of(conn: Connection) -> str | None:
+    """The revision the database behind ``conn`` is at, or ``None`` for an empty database."""
+    try:
+        value = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError:  # no such table: a new database
+        return None
     return None if value is None else str(value)
 
 
-def _upgrade(conn: Connection) -> None:
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """:func:`revision_of`, through an async engine."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(revision_of)
+
+
+_alembic_lock = threading.Lock()
+
+
+def apply_migrations(conn: Connection) -> None:
+    """Upgrade the schema behind ``conn`` to the newest revision with Alembic (imported
+    only here)."""
     import logging
 
     from alembic import command
@@ -99,16 +118,24 @@ def _upgrade(conn: Connection) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = conn
-    command.upgrade(cfg, "head")
+    # Alembic keeps its migration context in module globals: one upgrade at a time.
+    with _alembic_lock:
+        command.upgrade(cfg, "head")
 
 
-async def upgrade(engine: AsyncEngine, shown_url: str = "") -> tuple[str | None, str]:
+async def upgrade_engine(engine: AsyncEngine) -> None:
+    """:func:`apply_migrations` through an async engine, in one transaction."""
+    async with engine.begin() as conn:
+        await conn.run_sync(apply_migrations)
+
+
+async def upgrade(current: RevisionReader, migrate: Migrator,
+                  shown_url: str) -> tuple[str | None, str]:
     """Upgrade the schema to the newest revision; return (before, after).
 
     A revision this code does not know (a newer schema) is a :class:`StoreError`.
     """
-    shown_url = shown_url or engine.url.render_as_string(hide_password=True)
-    before = await current_revision(engine)
+    before = await current()
     unknown = _unknown(before, shown_url)
     if unknown is not None:
         raise unknown
@@ -116,41 +143,41 @@ async def upgrade(engine: AsyncEngine, shown_url: str = "") -> tuple[str | None,
         from alembic.util import CommandError
 
         try:
-            async with engine.begin() as conn:
-                await conn.run_sync(_upgrade)
+            await migrate()
         except CommandError as exc:
             raise StoreError(f"cannot upgrade the schema of {shown_url}: {exc}") from None
-    return before, await current_revision(engine) or ""
+    return before, await current() or ""
 
 
 _upgrade_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
     weakref.WeakKeyDictionary())
 
 
-async def ensure_current(engine: AsyncEngine, *, auto_upgrade: bool, shown_url: str) -> None:
+async def ensure_current(current: RevisionReader, migrate: Migrator, *, auto_upgrade: bool,
+                         shown_url: str) -> None:
     """Make sure the schema is current: upgrade it (SQLite) or refuse to go on (PostgreSQL)."""
-    revision = await current_revision(engine)
+    revision = await current()
     if revision == SCHEMA_REVISION:
         return
     unknown = _unknown(revision, shown_url)
     if unknown is not None:
         raise unknown
     if auto_upgrade:
-        # Alembic keeps its migration context in module globals: one upgrade at a time
-        # in this process (two first runs on a new file would otherwise trip over it).
+        # One upgrade at a time in this process (two first runs on a new file would
+        # otherwise trip over each other).
         lock = _upgrade_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
         async with lock:
-            if await current_revision(engine) == SCHEMA_REVISION:
+            if await current() == SCHEMA_REVISION:
                 return
             try:
-                await upgrade(engine, shown_url)
+                await upgrade(current, migrate, shown_url)
             except StoreError:
                 raise
             except Exception:
                 # Another process may be creating the schema at this moment (SQLite DDL is
                 # not transactional under Alembic): give it a few seconds to finish.
                 for _ in range(100):
-                    if await current_revision(engine) == SCHEMA_REVISION:
+                    if await current() == SCHEMA_REVISION:
                         return
                     await asyncio.sleep(0.1)
                 raise

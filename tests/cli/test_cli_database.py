@@ -48,10 +48,25 @@ def test_corrupt_pages_inside_a_database_are_one_line(tmp_path: Path, brain_cmd:
         assert "database" in line, line
 
 
-def test_a_url_without_an_async_driver_is_one_line(tmp_path: Path, brain_cmd: list[str]) -> None:
-    line = _one_line_exit_2(_brain(brain_cmd, "runs", url=f"sqlite:///{tmp_path / 'x.db'}",
+def test_a_url_naming_another_driver_is_one_line(tmp_path: Path, brain_cmd: list[str]) -> None:
+    line = _one_line_exit_2(_brain(brain_cmd, "runs",
+                                   url="postgresql+psycopg2://postgres@127.0.0.1:5432/test",
                                    cwd=tmp_path))
-    assert "sqlite+aiosqlite" in line
+    assert "postgresql+asyncpg://" in line and "sqlite+aiosqlite:///" in line
+    line = _one_line_exit_2(_brain(brain_cmd, "runs", url="mysql://root@127.0.0.1/brain",
+                                   cwd=tmp_path))
+    assert "must be SQLite" in line
+
+
+def test_sqlite_and_postgresql_urls_without_a_driver_work(tmp_path: Path,
+                                                         brain_cmd: list[str]) -> None:
+    """The store talks to sqlite3 itself and to PostgreSQL through asyncpg: a URL that names
+    no driver means those."""
+    for url in (f"sqlite:///{tmp_path / 'plain.db'}", "postgresql://postgres@127.0.0.1:5432/test"):
+        result = _brain(brain_cmd, "runs", "--limit", "1", url=url, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+    assert (tmp_path / "plain.db").read_bytes().startswith(b"SQLite format 3")
 
 
 def test_a_closed_stdout_is_no_error(tmp_path: Path, brain_cmd: list[str]) -> None:

@@ -11,7 +11,6 @@ from sqlalchemy import delete
 from brain.results import TriggerData
 from brain.store import Store
 from brain.store.queue import QueueFull
-from brain.store.schema import upgrade
 from brain.store.tables import runs, steps
 
 
@@ -24,7 +23,7 @@ def url(request: pytest.FixtureRequest, db_url: str) -> str:
     async def prepare() -> None:
         store = Store(pg)
         await store.open(check_schema=False)
-        await upgrade(store.engine)
+        await store.upgrade_schema()
         await store.close()
 
     asyncio.run(prepare())

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from brain._errors import RunNotFound, StoreError
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.store import Store
-from brain.store.schema import MIGRATIONS, current_revision, upgrade
+from brain.store.schema import MIGRATIONS, current_revision
 from brain.store.tables import SCHEMA_REVISION, metadata, runs, steps
 
 T = TypeVar("T")
@@ -41,7 +41,7 @@ def pg_schema_url(pg_url: str) -> str:
         await store.open(check_schema=False)
         try:
             try:
-                await upgrade(store.engine)
+                await store.upgrade_schema()
             except Exception:
                 # another test session may be upgrading the same database right now
                 if await current_revision(store.engine) != SCHEMA_REVISION:

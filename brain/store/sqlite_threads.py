@@ -1,17 +1,24 @@
-"""One writer per SQLite database: a thread that commits whatever is queued, together.
+"""SQLite through threads of its own: one writer per database, and one reader.
 
-Every write of a store on a SQLite file goes through its :class:`SqliteWriter`:
-the event loop queues a job (a function of a plain synchronous connection),
-the thread takes every job queued so far, runs them in one ``BEGIN IMMEDIATE``
-... ``COMMIT``, and answers each caller after that commit. A write costs two
-thread hand-offs (there and back) however many statements it holds, and
-writes that arrive together share one commit: the step that finishes while
-another step's start is waiting goes out in the same transaction.
+Every write of a store on a SQLite file goes through its writer
+(:class:`SqliteThread` with ``writes=True``): the event loop queues a job (a
+function of a plain synchronous connection), the thread takes every job queued
+so far, runs the writes among them in one ``BEGIN IMMEDIATE`` ... ``COMMIT``,
+and answers each caller after that commit, with one wake-up per event loop. A
+write costs two thread hand-offs (there and back) however many statements it
+holds, and writes that arrive together share one commit: the step that
+finishes while another step's start is waiting goes out in the same
+transaction.
 
 One job that breaks a constraint (a repeated webhook delivery, a claimed
 schedule fire) does not fail the others: the batch is rolled back and each job
-is written alone. A busy or briefly unreachable database is retried for up to
+is written alone. A busy database is retried for up to
 :data:`~brain.store.errors.RETRY_SECONDS`.
+
+Reads go through a second thread with its own connection (WAL lets them run
+while the writer writes), so no async driver sits between the store and
+``sqlite3``. An in-memory database has one thread for both: it is one
+connection.
 """
 
 from __future__ import annotations
@@ -41,56 +48,55 @@ Job = Callable[[Connection], Any]
 @dataclass
 class _Queued:
     job: Job
+    write: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
     outcome: Any = None
     failed: BaseException | None = field(default=None)
 
 
-class SqliteWriter:
-    """The thread that owns a SQLite database's only writing connection.
+class SqliteThread:
+    """A thread that owns one connection to a SQLite database and runs jobs on it in order.
 
     ``configure`` is called with the synchronous engine before the first
     connection opens (to set the database's pragmas).
     """
 
-    def __init__(self, url: URL, configure: Callable[[Engine], None]) -> None:
-        # The same file through the standard library's sqlite3 (no async driver in between);
-        # autocommit, so the transactions below are exactly the BEGIN/COMMIT written here.
+    def __init__(self, url: URL, configure: Callable[[Engine], None], *, name: str) -> None:
+        # The file through the standard library's sqlite3 (no async driver in between);
+        # autocommit, so the only transactions are the BEGIN/COMMIT written here.
         self._engine = create_engine(url.set(drivername="sqlite"), poolclass=NullPool,
                                      isolation_level="AUTOCOMMIT")
         configure(self._engine)
         self._jobs: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._started = False
         self._closed = False
 
-    def start(self) -> None:
-        """Start the thread (connecting happens there, on its first job)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="brain-sqlite-writer",
-                                            daemon=True)
-            self._thread.start()
+    async def run(self, job: Job, *, write: bool) -> Any:
+        """Run ``job(connection)`` and return what it returns; a ``write`` inside a
+        transaction committed before this returns.
 
-    async def run(self, job: Job) -> Any:
-        """Run ``job(connection)`` inside a committed transaction; its return value.
-
-        The write is queued at once and happens even if the caller is cancelled
-        while it waits (it is never left half-done).
+        The job is queued at once and runs even if the caller is cancelled while
+        it waits (a write is never left half-done).
         """
         if self._closed:
             raise StoreError("the store is closed")
+        if not self._started:
+            self._started = True
+            self._thread.start()
         loop = asyncio.get_running_loop()
-        queued = _Queued(job, loop, loop.create_future())
+        queued = _Queued(job, write, loop, loop.create_future())
         self._jobs.put(queued)
         return await queued.future
 
     async def close(self) -> None:
-        """Write what is queued, then stop the thread and close its connection."""
+        """Finish what is queued, then stop the thread and close its connection."""
         if self._closed:
             return
         self._closed = True
-        self._jobs.put(None)
-        if self._thread is not None:
+        if self._started:
+            self._jobs.put(None)
             await asyncio.to_thread(self._thread.join)
         self._engine.dispose()
 
@@ -103,21 +109,11 @@ class SqliteWriter:
                 first = self._jobs.get()
                 if first is None:
                     return
-                batch = [first]
-                stop = False
-                while True:
-                    try:
-                        more = self._jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        stop = True
-                        break
-                    batch.append(more)
+                batch, stop = _drain(first, self._jobs)
                 if conn is None or conn.closed or conn.invalidated:
                     conn = self._connect(batch)
                 if conn is not None:
-                    self._commit(conn, batch)
+                    self._run_batch(conn, batch)
                 _answer(batch)
                 if stop:
                     return
@@ -137,24 +133,56 @@ class SqliteWriter:
             return None
         return conn
 
-    def _commit(self, conn: Connection, batch: list[_Queued]) -> None:
+    def _run_batch(self, conn: Connection, batch: list[_Queued]) -> None:
+        """In order: consecutive writes share a commit; a read runs after the writes queued
+        before it are committed."""
+        writes: list[_Queued] = []
+        for item in batch:
+            if item.write:
+                writes.append(item)
+                continue
+            if writes:
+                _commit(conn, writes)
+                writes = []
+            try:
+                item.outcome = _retrying(partial(item.job, conn))
+            except Exception as exc:  # that caller is told
+                item.failed = exc
+        if writes:
+            _commit(conn, writes)
+
+
+def _drain(first: _Queued, jobs: queue.SimpleQueue[_Queued | None]) -> tuple[list[_Queued], bool]:
+    """``first`` and everything queued behind it; whether the stop sign was among them."""
+    batch = [first]
+    while True:
         try:
-            outcomes = _retrying(lambda: _transaction(conn, [item.job for item in batch]))
-        except Exception as exc:  # decided below, per job
-            if transient(exc) or len(batch) == 1:
-                for item in batch:
-                    item.failed = exc
-                return
-            # One of them broke a constraint or cannot be written: each alone, so
-            # only that one fails.
-            for item in batch:
-                try:
-                    item.outcome = _retrying(partial(_transaction, conn, [item.job]))[0]
-                except Exception as alone:  # that caller is told
-                    item.failed = alone
+            more = jobs.get_nowait()
+        except queue.Empty:
+            return batch, False
+        if more is None:
+            return batch, True
+        batch.append(more)
+
+
+def _commit(conn: Connection, writes: list[_Queued]) -> None:
+    try:
+        outcomes = _retrying(partial(_transaction, conn, [item.job for item in writes]))
+    except Exception as exc:  # decided below, per job
+        if transient(exc) or len(writes) == 1:
+            for item in writes:
+                item.failed = exc
             return
-        for item, outcome in zip(batch, outcomes, strict=True):
-            item.outcome = outcome
+        # One of them broke a constraint or cannot be written: each alone, so only that
+        # one fails.
+        for item in writes:
+            try:
+                item.outcome = _retrying(partial(_transaction, conn, [item.job]))[0]
+            except Exception as alone:  # that caller is told
+                item.failed = alone
+        return
+    for item, outcome in zip(writes, outcomes, strict=True):
+        item.outcome = outcome
 
 
 def _transaction(conn: Connection, jobs: list[Job]) -> list[Any]:
