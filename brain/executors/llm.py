@@ -42,8 +42,9 @@ def _replace_userinfo(url: str, replacement: str) -> str:
     return urlunsplit((parts.scheme, replacement + host, parts.path, parts.query, parts.fragment))
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any user and password replaced by ``***``."""
+def shown_endpoint(url: str) -> str:
+    """An endpoint URL as it may be shown and stored: any user and password replaced by
+    ``***`` (database URLs have their own rules: ``brain.store.urls.redact_url``)."""
     return _replace_userinfo(url, "***@")
 
 
@@ -82,7 +83,7 @@ def _check_url(url: str) -> None:
         httpx.URL(url)
     except (ValueError, httpx.InvalidURL) as exc:
         try:
-            shown = redact_url(url)
+            shown = shown_endpoint(url)
         except ValueError:
             shown = "the provider URL"
         raise StepFailed(f"{shown} is not a usable URL ({exc}); check provider_url or "
@@ -131,7 +132,7 @@ class LlmExecutor:
         base = spec.provider_url or os.environ.get("LLM_BASE_URL") or DEFAULT_BASE_URL
         if not base.startswith(("http://", "https://")):
             raise StepFailed(f"LLM_BASE_URL must start with http:// or https://, like "
-                             f"{DEFAULT_BASE_URL!r} (got {redact_url(base)!r})", retryable=False)
+                             f"{DEFAULT_BASE_URL!r} (got {shown_endpoint(base)!r})", retryable=False)
         _check_url(base)
         key: str | None
         secrets: list[str] = []
@@ -163,7 +164,7 @@ class LlmExecutor:
         inputs: dict[str, Any] = {"prompt": prompt}
         if system is not None:
             inputs["system"] = system
-        inputs.update(model=model, url=redact_url(url), temperature=spec.temperature)
+        inputs.update(model=model, url=shown_endpoint(url), temperature=spec.temperature)
         if spec.max_tokens is not None:
             inputs["max_tokens"] = spec.max_tokens
         if key:
@@ -181,7 +182,7 @@ class LlmExecutor:
             # No client-side timeout: the step's timeout_seconds bounds the whole call.
             self._client = httpx.AsyncClient(timeout=None, trust_env=False)
         url: str = prepared.payload["url"]
-        shown = redact_url(url)
+        shown = shown_endpoint(url)
         try:
             response = await self._client.post(url, json=prepared.payload["body"],
                                                headers=prepared.payload["headers"])
