@@ -63,14 +63,16 @@ async def _queue(url: str, flows: Path, runs: int) -> None:
     from brain.store import Store
 
     wf = load_file(flows)["three"]
-    async with Store(url) as store:
-        if store.dialect == "postgresql":
-            await store.upgrade_schema()
+    store = Store(url)
+    await store.upgrade_schema()  # a new database: create the schema first
+    try:
         trigger = TriggerData.from_input({"body": ""}, event="manual")
         rows = [(s.name, s.kind) for s in wf.spec.steps]
         await asyncio.gather(*(store.enqueue_run(
             run_id=uuid.uuid4().hex, workflow=wf.name, definition_hash=wf.definition_hash,
             trigger=trigger, step_rows=rows, trigger_key="api") for _ in range(runs)))
+    finally:
+        await store.close()
 
 
 async def _progress(url: str) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from brain.dsl import (
                            WorkflowGraph,
                            cron,
                            every,
+                           for_each,
                            llm,
                            mcp_tool,
                            parallel,
@@ -31,6 +32,7 @@ from brain.dsl import (
                            trigger,
                            watch,
                            webhook,
+                           when,
 )
 from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData
 from brain.runnable import Workflow, workflow
@@ -39,6 +41,6 @@ __all__ = [
     "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
     "StepNode", "StepResult", "StepStatus", "StoreError", "TriggerData", "Workflow",
     "WorkflowDefinitionError", "WorkflowGraph", "WorkflowLoadError", "__version__", "cron",
-    "every", "llm", "mcp_tool", "parallel", "secret", "shell", "step", "trigger", "watch",
-    "webhook", "workflow",
+    "every", "for_each", "llm", "mcp_tool", "parallel", "secret", "shell", "step", "trigger",
+    "watch", "webhook", "when", "workflow",
 ]

@@ -1,7 +1,8 @@
 """The placeholder engine: parse ``{step}``-style templates, check them, fill them in.
 
-The grammar is strict (SPEC §3): ``{NAME}``, ``{previous.NAME}``,
-``{trigger.event|body|path}`` and ``{trigger.headers.HEADER}``. Everything
+The grammar is strict (SPEC §3, §12): ``{NAME}``, ``{previous.NAME}``,
+``{trigger.event|body|path}``, ``{trigger.headers.HEADER}`` and, inside a
+``for_each`` block, ``{each.NAME}``. Everything
 else is literal text, so ``awk '{print $2}'``, ``${HOME}`` and JSON pass through
 untouched. ``{{X}}`` where ``{X}`` would be a placeholder is the literal ``{X}``.
 Substitution is one pass: inserted values are never scanned again. Where a
@@ -24,20 +25,20 @@ from brain._errors import PlaceholderError
 _BODY = (
     r"trigger\.(?:event|body|path)"
     r"|trigger\.headers\.[A-Za-z0-9_-]+"
-    r"|(?:previous\.)?[A-Za-z0-9_-]+"
+    r"|(?:previous\.|each\.)?[A-Za-z0-9_-]+"
 )
 _SCAN = re.compile(r"\{\{(" + _BODY + r")\}\}|(?<!\$)\{(" + _BODY + r")\}")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
-RefKind = Literal["step", "previous", "trigger"]
+RefKind = Literal["step", "previous", "trigger", "each"]
 
 
 @dataclass(frozen=True, slots=True)
 class Ref:
-    """One placeholder: ``kind`` is ``step``, ``previous`` or ``trigger``.
+    """One placeholder: ``kind`` is ``step``, ``previous``, ``trigger`` or ``each``.
 
-    ``name`` is the step name, or the trigger field (``body``, ``headers.x-id``,
-    header names lower-cased).
+    ``name`` is the step name, the trigger field (``body``, ``headers.x-id``,
+    header names lower-cased), or the ``for_each`` element's name.
     """
 
     kind: RefKind
@@ -62,6 +63,8 @@ def _ref(body: str) -> Ref:
         return Ref("trigger", field)
     if body.startswith("previous."):
         return Ref("previous", body[len("previous.") :])
+    if body.startswith("each."):
+        return Ref("each", body[len("each.") :])
     return Ref("step", body)
 
 

@@ -132,3 +132,10 @@ class RunResult(BaseModel):
         data = self.model_dump(mode="json", exclude={"steps"})
         data["steps"] = [s.model_dump(mode="json") for s in self.steps.values()]
         return data
+
+
+def step_order(name: str, position: int) -> tuple[int, int]:
+    """Where a step row sorts: by the step's place in the workflow, then a ``for_each``
+    block's instances (``review[2]``) after the step's own row, in item order."""
+    _, bracket, rest = name.partition("[")
+    return position, int(rest.rstrip("]")) if bracket and rest[:-1].isdigit() else -1

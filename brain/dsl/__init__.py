@@ -5,8 +5,9 @@ from brain.dsl.helpers import llm, mcp_tool, secret, shell
 from brain.dsl.model import WorkflowGraph, WorkflowSpec
 from brain.dsl.nodes import StepNode, trigger
 from brain.dsl.step import step
-from brain.dsl.tracing import parallel
+from brain.dsl.tracing import for_each, parallel, when
 from brain.dsl.triggers import cron, every, watch, webhook
 
-__all__ = ["StepNode", "WorkflowGraph", "WorkflowSpec", "cron", "every", "llm", "mcp_tool",
-           "parallel", "secret", "shell", "step", "trigger", "watch", "webhook"]
+__all__ = ["StepNode", "WorkflowGraph", "WorkflowSpec", "cron", "every", "for_each", "llm",
+           "mcp_tool", "parallel", "secret", "shell", "step", "trigger", "watch", "webhook",
+           "when"]

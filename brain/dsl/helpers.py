@@ -44,7 +44,7 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
           stdin: object = None, env: Mapping[str, object] | None = None, cwd: str | None = None,
           quote: bool = True, timeout_seconds: float | None = 60, retries: int = 0,
           retry_delay_seconds: float = 1.0, max_output_bytes: int | None = None,
-          after: Sequence[object] | None = None) -> StepNode:
+          after: Sequence[object] | None = None, when: object = None) -> StepNode:
     """A shell step; its output is stdout without trailing newlines.
 
     ``command`` runs through ``/bin/sh -c`` with each placeholder's value
@@ -91,9 +91,7 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
         raise tracer.error(name, "cwd must be a string path")
     after_names = tracer.after_names(name, after)
     spec = ShellStepSpec(
-        name=name, position=len(tracer.steps),
-        upstream=tracer.upstream(tracer.order_upstream(), refs, after_names),
-        previous_refs=tracer.previous_refs(name),
+        name=name, **tracer.placement(name, refs, after_names, when),
         command=cmd_text, argv=argv_items, stdin=stdin_text, env=env_values, cwd=cwd,
         quote=quote, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)
@@ -113,7 +111,8 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
         provider_url: str | None = None, api_key: str | SecretRef | None = None,
         temperature: float = 0.7, max_tokens: int | None = None,
         timeout_seconds: float | None = 120, retries: int = 0, retry_delay_seconds: float = 1.0,
-        max_output_bytes: int | None = None, after: Sequence[object] | None = None) -> StepNode:
+        max_output_bytes: int | None = None, after: Sequence[object] | None = None,
+        when: object = None) -> StepNode:
     """An LLM step: ``POST {provider_url}/chat/completions`` on any OpenAI-compatible server.
 
     ``model``, ``provider_url`` and ``api_key`` fall back to ``LLM_MODEL``,
@@ -150,9 +149,7 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
         raise tracer.error(name, f"max_tokens must be a whole number >= 1, not {max_tokens!r}")
     after_names = tracer.after_names(name, after)
     spec = LlmStepSpec(
-        name=name, position=len(tracer.steps),
-        upstream=tracer.upstream(tracer.order_upstream(), refs, after_names),
-        previous_refs=tracer.previous_refs(name), prompt=prompt_text, system=system_text,
+        name=name, **tracer.placement(name, refs, after_names, when), prompt=prompt_text, system=system_text,
         model=model_name, provider_url=url, api_key=key, temperature=float(temperature),
         max_tokens=max_tokens, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)
@@ -193,7 +190,8 @@ def _nested_literal(tracer: Tracer, step: str, key: str, value: object) -> objec
 def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
              args: Mapping[str, object] | None = None, env: Mapping[str, object] | None = None,
              timeout_seconds: float | None = 30, retries: int = 0, retry_delay_seconds: float = 1.0,
-             max_output_bytes: int | None = None, after: Sequence[object] | None = None) -> StepNode:
+             max_output_bytes: int | None = None, after: Sequence[object] | None = None,
+        when: object = None) -> StepNode:
     """Call one tool on an MCP server started on stdio for this step alone.
 
     ``server_command`` is split into words now, like a shell would (no shell
@@ -248,8 +246,6 @@ def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
     env_values = _env_templates(tracer, name, env, refs)
     after_names = tracer.after_names(name, after)
     spec = McpStepSpec(
-        name=name, position=len(tracer.steps),
-        upstream=tracer.upstream(tracer.order_upstream(), refs, after_names),
-        previous_refs=tracer.previous_refs(name), server_command=tuple(words), tool=tool,
+        name=name, **tracer.placement(name, refs, after_names, when), server_command=tuple(words), tool=tool,
         args=arg_values, env=env_values, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)

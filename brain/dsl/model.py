@@ -43,13 +43,50 @@ class SecretRef(_Frozen):
         return self._misuse()
 
 
+class Condition(_Frozen):
+    """``when=NODE`` (or ``when(~NODE)``): run only if step ``step``'s output holds
+    (does not hold, when ``negated``)."""
+
+    step: str
+    negated: bool = False
+
+    def describe(self) -> str:
+        """``{step}`` or ``not {step}``, as shown in graphs and errors."""
+        return ("not " if self.negated else "") + "{" + self.step + "}"
+
+
+class ForEachSpec(_Frozen):
+    """A ``for_each`` block: its ``steps`` run once per element of ``items``.
+
+    ``items`` is a literal list, or the template ``{NAME}`` of a step whose
+    output is a JSON array (``items_step``). Elements are ``{each.ITEM_NAME}``.
+    """
+
+    index: int
+    items: str | list[Any]
+    items_step: str | None = None
+    item_name: str = "item"
+    max_parallel: int = 4
+    steps: tuple[str, ...] = ()
+
+
 class StepSpec(_Frozen):
-    """What every step has, whatever its kind."""
+    """What every step has, whatever its kind.
+
+    ``upstream`` is every step this one waits for; ``refs`` those whose output
+    it reads (data edges: a skipped one skips this step too); ``when`` its
+    conditions (all must hold); ``group`` its ``for_each`` block, if any.
+    """
 
     name: str
     kind: str
     position: int
     upstream: tuple[str, ...] = ()
+    refs: tuple[str, ...] = ()
+    when: tuple[Condition, ...] = ()
+    group: int | None = None
+    #: Set on the copy of a block's step that runs one instance (``review[3]``: 3).
+    instance: int | None = None
     timeout_seconds: float | None = None
     retries: int = 0
     retry_delay_seconds: float = 1.0
@@ -114,11 +151,23 @@ AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec | McpStep
                         Field(discriminator="kind")]
 
 
+class GraphGroup(_Frozen):
+    """A ``for_each`` block as the graph shows it: what it loops over, and its steps."""
+
+    label: str
+    steps: tuple[str, ...]
+    max_parallel: int
+
+
 class WorkflowGraph(_Frozen):
-    """``nodes``: step names in call order; ``edges``: ``(upstream, downstream)`` pairs."""
+    """``nodes``: step names in call order; ``edges``: ``(upstream, downstream)`` pairs;
+    ``conditions``: each conditioned step's conditions (``{main}``, ``not {main}``);
+    ``groups``: the ``for_each`` blocks."""
 
     nodes: tuple[str, ...]
     edges: tuple[tuple[str, str], ...]
+    conditions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    groups: tuple[GraphGroup, ...] = ()
 
 
 class WorkflowSpec(_Frozen):
@@ -130,12 +179,19 @@ class WorkflowSpec(_Frozen):
     triggers: tuple[TriggerSpec, ...] = ()
     max_concurrent_runs: int | None = None
     source_file: str | None = None
+    groups: tuple[ForEachSpec, ...] = ()
 
     @property
     def graph(self) -> WorkflowGraph:
         """The DAG as plain data."""
         edges = tuple((up, s.name) for s in self.steps for up in s.upstream)
-        return WorkflowGraph(nodes=tuple(s.name for s in self.steps), edges=edges)
+        conditions = {s.name: tuple(c.describe() for c in s.when) for s in self.steps if s.when}
+        groups = tuple(GraphGroup(label="for_each " + (g.items if isinstance(g.items, str)
+                                                       else f"[{len(g.items)} items]"),
+                                  steps=g.steps, max_parallel=g.max_parallel)
+                       for g in self.groups)
+        return WorkflowGraph(nodes=tuple(s.name for s in self.steps), edges=edges,
+                             conditions=conditions, groups=groups)
 
     def definition_hash(self) -> str:
         """A digest of what the workflow declares (SPEC §11): its name and its steps.
@@ -152,8 +208,17 @@ class WorkflowSpec(_Frozen):
             data = step.model_dump(mode="json")
             if isinstance(step, FunctionStepSpec):
                 data["function"] = getattr(step.func, "__qualname__", data["function"])
+            # refs follow from the templates; conditions and groups count only when used,
+            # so workflows written before they existed keep their hash.
+            data.pop("refs", None)
+            for key in ("when", "group", "instance"):
+                if data.get(key) in ((), [], None):
+                    data.pop(key, None)
             steps.append(data)
-        text = json.dumps({"name": self.name, "steps": steps}, sort_keys=True, separators=(",", ":"))
+        shape: dict[str, Any] = {"name": self.name, "steps": steps}
+        if self.groups:
+            shape["groups"] = [g.model_dump(mode="json") for g in self.groups]
+        text = json.dumps(shape, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     @cached_property

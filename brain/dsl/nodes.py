@@ -92,6 +92,10 @@ class StepNode(_Lazy):
         """This step's output in the workflow's latest succeeded run (``{previous.NAME}``)."""
         return PreviousNode(self._name, self._workflow)
 
+    def __invert__(self) -> NotNode:
+        """``~node``: the condition that this step's output does *not* hold (for ``when``)."""
+        return NotNode(self)
+
 
 class PreviousNode(StepNode):
     """``node.previous``: the placeholder ``{previous.NAME}``."""
@@ -105,6 +109,44 @@ class PreviousNode(StepNode):
     def previous(self) -> PreviousNode:
         """Already the previous output."""
         return self
+
+
+class NotNode(_Lazy):
+    """``~node``: a negated condition; it means something only to ``when``."""
+
+    __slots__ = ("_node",)
+
+    _node: StepNode
+
+    def __init__(self, node: StepNode) -> None:
+        object.__setattr__(self, "_node", node)
+
+    def _placeholder(self) -> str:
+        raise WorkflowDefinitionError(
+            f"{self._where()}: ~node is a condition for when(); it has no text of its own")
+
+    def _where(self) -> str:
+        return self._node._where()
+
+    def __invert__(self) -> StepNode:  # type: ignore[override]
+        return self._node
+
+
+class EachNode(_Lazy):
+    """The current element of a ``for_each`` block: ``{each.NAME}``."""
+
+    __slots__ = ("_item",)
+
+    _item: str
+
+    def __init__(self, item: str) -> None:
+        object.__setattr__(self, "_item", item)
+
+    def _placeholder(self) -> str:
+        return "{each." + self._item + "}"
+
+    def _where(self) -> str:
+        return f"for_each element {self._item!r}"
 
 
 class TriggerField(_Lazy):

@@ -14,7 +14,8 @@ from brain.dsl.model import FunctionStepSpec
 from brain.dsl.tracing import current_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
-_OPTION_NAMES = ("name", "retries", "timeout_seconds", "retry_delay_seconds", "max_output_bytes", "after")
+_OPTION_NAMES = ("name", "retries", "timeout_seconds", "retry_delay_seconds", "max_output_bytes", "after",
+                 "when")
 
 
 def _call(options: dict[str, Any], wrapped: Callable[..., Any], instance: Any,
@@ -35,9 +36,7 @@ def _call(options: dict[str, Any], wrapped: Callable[..., Any], instance: Any,
                           options.get("retry_delay_seconds", 1.0), options.get("max_output_bytes"))
     after_names = tracer.after_names(name, options.get("after"))
     spec = FunctionStepSpec(
-        name=name, position=len(tracer.steps),
-        upstream=tracer.upstream(tracer.order_upstream(), refs, after_names),
-        previous_refs=tracer.previous_refs(name),
+        name=name, **tracer.placement(name, refs, after_names, options.get("when")),
         function=f"{wrapped.__module__}.{wrapped.__qualname__}", arguments=arguments,
         func=wrapped, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)

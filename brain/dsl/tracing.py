@@ -10,8 +10,11 @@ from typing import Any
 
 from brain import placeholders
 from brain._errors import WorkflowDefinitionError
-from brain.dsl.model import AnyStepSpec, SecretRef
-from brain.dsl.nodes import StepNode, _Lazy
+from brain.dsl.model import AnyStepSpec, Condition, ForEachSpec, SecretRef
+from brain.dsl.nodes import EachNode, NotNode, PreviousNode, StepNode, _Lazy
+
+#: The most elements a ``for_each`` block takes (SPEC §12).
+MAX_ITEMS = 1000
 
 _current: ContextVar[Tracer | None] = ContextVar("brain_tracer", default=None)
 
@@ -34,6 +37,12 @@ class Tracer:
         self.block: list[str] = []
         self.previous: dict[str, list[str]] = {}
         self.suffixes: dict[str, int] = {}
+        #: The conditions of the ``with when(...)`` blocks around the current call.
+        self.conditions: list[Condition] = []
+        #: The ``for_each`` block being traced, and every block so far.
+        self.group: ForEachSpec | None = None
+        self.groups: list[ForEachSpec] = []
+        self.group_of: dict[str, int] = {}
 
     # --- naming and errors ---
 
@@ -85,6 +94,11 @@ class Tracer:
                 refs.append(ref.name)
             elif ref.kind == "previous":
                 self.previous.setdefault(step, []).append(ref.name)
+            elif ref.kind == "each" and (self.group is None or ref.name != self.group.item_name):
+                inside = "" if self.group is None else \
+                    f" (this block's element is {{each.{self.group.item_name}}})"
+                raise self.error(step, f"{ref.text} is used outside the for_each block that "
+                                       f"names it{inside}")
 
     def deep_template(self, step: str, field: str, value: Any, refs: list[str]) -> Any:
         """Convert nodes at any depth to template text; check the rest is JSON data."""
@@ -128,6 +142,45 @@ class Tracer:
             names.append(name)
         return names
 
+    # --- conditions and blocks ---
+
+    def condition(self, step: str | None, node: object) -> Condition:
+        """The condition ``node`` (a step output, or ``~`` one) stands for."""
+        negated = isinstance(node, NotNode)
+        if isinstance(node, NotNode):
+            node = node._node
+        if isinstance(node, PreviousNode) or not isinstance(node, StepNode):
+            shown = "a trigger field" if isinstance(node, _Lazy) else type(node).__name__
+            raise self.error(step, f"when takes the output of an earlier step of this run (or "
+                                   f"~output), not {shown}: compute the condition in a @step "
+                                   f"returning a bool")
+        if node._name not in self.positions:
+            raise self.error(step, f"when names {node._name!r}, which is not an earlier step "
+                                   f"of this workflow")
+        group = self.group_of.get(node._name)
+        if group is not None and (self.group is None or self.group.index != group):
+            raise self.error(step, f"when names {node._name!r}, a step of a for_each block: "
+                                   f"after the block its output is a list, not a condition")
+        return Condition(step=node._name, negated=negated)
+
+    def placement(self, name: str, refs: list[str], after_names: list[str],
+                  when: object = None) -> dict[str, Any]:
+        """Where a new step sits: its position, what it waits for and reads, its conditions
+        and its ``for_each`` block (the fields every step spec shares)."""
+        conditions = list(self.conditions)
+        if when is not None:
+            own = self.condition(name, when)
+            if own not in conditions:
+                conditions.append(own)
+        waits = [c.step for c in conditions]
+        if self.group is not None and self.group.items_step is not None:
+            waits.append(self.group.items_step)
+        return {"position": len(self.steps),
+                "upstream": self.upstream(self.order_upstream(), refs, after_names, waits),
+                "refs": tuple(dict.fromkeys(refs)), "when": tuple(conditions),
+                "group": None if self.group is None else self.group.index,
+                "previous_refs": self.previous_refs(name)}
+
     # --- recording ---
 
     def order_upstream(self) -> tuple[str, ...]:
@@ -140,6 +193,9 @@ class Tracer:
             raise self.error(spec.name, "duplicate step name: each step needs its own name")
         self.positions[spec.name] = len(self.steps)
         self.steps.append(spec)
+        if self.group is not None:
+            self.group_of[spec.name] = self.group.index
+            self.group = self.group.model_copy(update={"steps": (*self.group.steps, spec.name)})
         if self.in_parallel:
             self.block.append(spec.name)
         else:
@@ -195,6 +251,10 @@ def parallel() -> Iterator[None]:
     tracer = require_tracer("parallel")
     if tracer.in_parallel:
         raise tracer.error(None, "parallel() blocks cannot be nested")
+    if tracer.group is not None:
+        raise tracer.error(None, "parallel() cannot be used inside a for_each block (each "
+                                 "instance runs its steps in call order; instances run in "
+                                 "parallel)")
     tracer.in_parallel = True
     tracer.block_base = tracer.frontier
     tracer.block = []
@@ -204,3 +264,82 @@ def parallel() -> Iterator[None]:
         tracer.in_parallel = False
         if tracer.block:
             tracer.frontier = tuple(tracer.block)
+
+
+@contextmanager
+def when(node: object) -> Iterator[None]:
+    """Run the steps called inside the block only if ``node``'s output holds at run time.
+
+    The output, stripped and lower-cased, must be ``true``/``false`` (also
+    ``1``/``0``, ``yes``/``no``); otherwise the conditioned step fails. Steps
+    that do not run end ``skipped``. Nested blocks AND together;
+    ``when(~node)`` negates.
+
+    >>> with when(pushed_to_main(trigger.headers["X-Ref"])):   # doctest: +SKIP
+    ...     shell("deploy", argv=["./deploy.sh"])
+    """
+    tracer = require_tracer("when")
+    condition = tracer.condition(None, node)
+    tracer.conditions.append(condition)
+    try:
+        yield
+    finally:
+        tracer.conditions.pop()
+
+
+@contextmanager
+def for_each(items: object, *, max_parallel: int = 4, name: str = "item") -> Iterator[Any]:
+    """Run the steps called inside the block once per element of ``items``.
+
+    ``items`` is a literal list or a step output holding a JSON array (at most
+    1,000 elements). The block yields the current element (``{each.NAME}``):
+    a string element is its text, any other its compact JSON. Instances run in
+    parallel, up to ``max_parallel`` at once; each runs the block's steps in
+    call order, as steps named ``step[0]``, ``step[1]``... A reference inside
+    the block is to the same instance; after it, to the JSON array of every
+    instance's output in item order.
+
+    >>> with for_each(files, max_parallel=4) as f:       # doctest: +SKIP
+    ...     review = llm("review", prompt=f"Review the change to {f}")
+    """
+    tracer = require_tracer("for_each")
+    if tracer.group is not None:
+        raise tracer.error(None, "for_each blocks cannot be nested")
+    if not isinstance(name, str) or not placeholders.NAME_RE.match(name):
+        raise tracer.error(None, f"for_each name= must be letters, digits, '_' and '-', "
+                                 f"not {name!r}")
+    if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+        raise tracer.error(None, f"for_each max_parallel= must be a whole number >= 1, "
+                                 f"not {max_parallel!r}")
+    index = len(tracer.groups)
+    if isinstance(items, StepNode) and not isinstance(items, PreviousNode):
+        if items._name not in tracer.positions:
+            raise tracer.error(None, f"for_each over {items._name!r}, which is not an earlier "
+                                     f"step of this workflow")
+        spec = ForEachSpec(index=index, items=str(items), items_step=items._name,
+                           item_name=name, max_parallel=max_parallel)
+    elif isinstance(items, (list, tuple)):
+        if len(items) > MAX_ITEMS:
+            raise tracer.error(None, f"for_each over {len(items)} elements: at most "
+                                     f"{MAX_ITEMS} are allowed")
+        literal = tracer.deep_template("for_each", "items", list(items), [])
+        if any(isinstance(v, str) and placeholders.has_placeholders(v) for v in literal):
+            raise tracer.error(None, "for_each items: a literal list holds plain values, not "
+                                     "step outputs (loop over a step that returns the list)")
+        spec = ForEachSpec(index=index, items=literal, item_name=name,
+                           max_parallel=max_parallel)
+    else:
+        shown = "a trigger field" if isinstance(items, _Lazy) else type(items).__name__
+        raise tracer.error(None, f"for_each takes a list or the output of an earlier step "
+                                 f"(a JSON array), not {shown}: parse it in a @step that "
+                                 f"returns a list")
+    tracer.group = spec
+    try:
+        yield EachNode(name)
+    finally:
+        block = tracer.group
+        tracer.group = None
+    if block is not None and block.steps:
+        tracer.groups.append(block)
+        if not tracer.in_parallel:
+            tracer.frontier = block.steps

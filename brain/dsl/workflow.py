@@ -82,4 +82,5 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
     return WorkflowSpec(name=name, description=description or inspect.getdoc(fn),
                         steps=tuple(tracer.steps), triggers=tuple(triggers),
                         max_concurrent_runs=max_concurrent_runs,
-                        source_file=os.path.abspath(source) if source else None)
+                        source_file=os.path.abspath(source) if source else None,
+                        groups=tuple(tracer.groups))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -28,7 +29,8 @@ from brain._secrets import (
     remember_environment,
     scrub,
 )
-from brain.dsl.model import StepSpec, WorkflowSpec
+from brain.dsl.model import ForEachSpec, StepSpec, WorkflowSpec
+from brain.dsl.tracing import MAX_ITEMS
 from brain.executors import Executor, StepContext, default_executors
 from brain.executors.base import PreparedStep, StepOutput
 from brain.placeholders import Ref, render
@@ -70,6 +72,34 @@ class _Outcome:
     recorded: bool = True
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """One instance of a ``for_each`` block: its index, its element's text, the block's steps."""
+
+    index: int
+    element: str
+    members: frozenset[str]
+
+    def name(self, step: str) -> str:
+        """The name ``step`` has in this instance, if it is one of the block's steps."""
+        return f"{step}[{self.index}]" if step in self.members else step
+
+
+def base_name(name: str) -> str:
+    """``review`` for ``review[3]`` (an instance of a ``for_each`` block); else ``name``."""
+    return name.split("[", 1)[0]
+
+
+_TRUE = frozenset({"true", "1", "yes"})
+_FALSE = frozenset({"false", "0", "no"})
+
+
+def _holds(value: str) -> bool | None:
+    """A condition's output as a truth value: ``None`` when it is not one."""
+    text = value.strip().lower()
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
 class RunExecution:
     """Runs the steps of ``run_id`` that have not succeeded yet, under ``owner``'s lease."""
 
@@ -101,6 +131,8 @@ class RunExecution:
         self._previous: dict[str, str] | None = (None if previous_outputs is None
                                                  else dict(previous_outputs))
         self.kinds = {s.name: s.kind for s in wf.spec.steps}
+        #: Steps (and instances) that ended skipped in this execution.
+        self.skipped: set[str] = set()
         self._cancel = asyncio.Event()
         self._cancel_reason = "cancelled"
         self._lease_lost = False
@@ -133,6 +165,22 @@ class RunExecution:
     def _resolve(self, text: str, shell_quote: bool) -> str:
         return render(text, self._lookup, shell_quote=shell_quote)
 
+    def _resolver(self, scope: _Scope | None) -> Callable[[str, bool], str]:
+        """Placeholder filling for a step, inside a ``for_each`` instance or not."""
+        if scope is None:
+            return self._resolve
+
+        def lookup(ref: Ref) -> str:
+            if ref.kind == "each":
+                return scope.element
+            if ref.kind == "step":
+                return self.outputs[scope.name(ref.name)]
+            return self._lookup(ref)
+
+        def resolve(text: str, shell_quote: bool) -> str:
+            return render(text, lookup, shell_quote=shell_quote)
+        return resolve
+
     async def _load_previous(self) -> None:
         if self._previous is None:
             self._previous = ({} if self.previous_run_id is None
@@ -151,14 +199,26 @@ class RunExecution:
         specs = {s.name: s for s in self.wf.spec.steps}
         if any(s.previous_refs for s in specs.values()):
             await self._load_previous()
-        waiting: dict[str, set[str]] = {}
-        dependants: dict[str, list[str]] = {name: [] for name in specs}
+        # What is scheduled: steps, and each for_each block as one unit (named after its
+        # first step), which waits for everything its steps wait for outside it.
+        groups = {g.steps[0]: g for g in self.wf.spec.groups}
+        unit_of = {name: name for name in specs}
+        for group in groups.values():
+            for name in group.steps:
+                unit_of[name] = group.steps[0]
+        units: dict[str, set[str]] = {}
         for spec in specs.values():
-            if spec.name in self.outputs:
+            unit = unit_of[spec.name]
+            needs = units.setdefault(unit, set())
+            needs.update(unit_of[u] for u in spec.upstream if unit_of[u] != unit)
+        waiting: dict[str, set[str]] = {}
+        dependants: dict[str, list[str]] = {unit: [] for unit in units}
+        for unit, needs in units.items():
+            if self._unit_done(unit, groups):
                 continue
-            waiting[spec.name] = {u for u in spec.upstream if u not in self.outputs}
-            for up in spec.upstream:
-                dependants[up].append(spec.name)
+            waiting[unit] = {u for u in needs if not self._unit_done(u, groups)}
+            for up in needs:
+                dependants[up].append(unit)
         ready = [n for n, deps in waiting.items() if not deps]
         running: dict[asyncio.Task[_Outcome], str] = {}
         failure: _Outcome | None = None
@@ -169,7 +229,9 @@ class RunExecution:
             while True:
                 for name in ready:
                     del waiting[name]
-                    running[asyncio.create_task(self._run_step(specs[name]))] = name
+                    work = self._run_group(groups[name]) if name in groups else \
+                        self._run_step(specs[name])
+                    running[asyncio.create_task(work)] = name
                 ready = []
                 if not running:
                     break
@@ -200,12 +262,23 @@ class RunExecution:
             self._cancel_reason = "interrupted"
             if self.abandon_on_cancel is not None and self.abandon_on_cancel():
                 self._lease_lost = True
-            await asyncio.shield(self._stop(running, list(waiting), None, failures))
+            await asyncio.shield(self._stop(running, self._names(waiting, groups), None,
+                                            failures))
             raise
         finally:
             monitor.cancel()
             cancel_wait.cancel()
-        return await self._stop(running, list(waiting), failure, failures)
+        return await self._stop(running, self._names(waiting, groups), failure, failures)
+
+    @staticmethod
+    def _names(units: Mapping[str, object], groups: Mapping[str, ForEachSpec]) -> list[str]:
+        """The step names of scheduling units (a for_each block stands for all its steps)."""
+        return [n for u in units for n in (groups[u].steps if u in groups else (u,))]
+
+    def _unit_done(self, unit: str, groups: Mapping[str, ForEachSpec]) -> bool:
+        """Whether a step (or a whole for_each block) has its output from an earlier try."""
+        names = groups[unit].steps if unit in groups else (unit,)
+        return all(n in self.outputs for n in names)
 
     def _outcome_of(self, task: asyncio.Task[_Outcome], name: str) -> _Outcome | None:
         """A finished step task's outcome; ``None`` when it found the lease lost."""
@@ -267,6 +340,10 @@ class RunExecution:
             await self.store.steps_ended(self.run_id, stopped, StepStatus.CANCELLED,
                                          error=f"cancelled because {reason}", owner=owner)
             await self.store.steps_ended(self.run_id, not_started, StepStatus.SKIPPED, owner=owner)
+            if self.wf.spec.groups:  # for_each instances still running or never started
+                await self.store.end_unfinished_steps(self.run_id, pending=StepStatus.SKIPPED,
+                                                      error=f"cancelled because {reason}",
+                                                      owner=owner)
             await self.store.finish_run(self.run_id, RunStatus.FAILED, reason, owner=owner)
             self._emit_all(stopped, "cancelled")
             self._emit_all(not_started, "skipped")
@@ -274,11 +351,14 @@ class RunExecution:
         if stopped or not_started:
             await self.store.steps_ended(self.run_id, stopped + not_started, StepStatus.CANCELLED,
                                          error=self._cancel_reason, owner=owner)
+            if self.wf.spec.groups:
+                await self.store.end_unfinished_steps(self.run_id, pending=StepStatus.CANCELLED,
+                                                      error=self._cancel_reason, owner=owner)
             await self.store.finish_run(self.run_id, RunStatus.CANCELLED, self._cancel_reason,
                                         owner=owner)
             self._emit_all(stopped + not_started, "cancelled")
             return RunStatus.CANCELLED
-        missing = [n for n in self.kinds if n not in self.outputs]
+        missing = [n for n in self.kinds if n not in self.outputs and n not in self.skipped]
         if missing:  # never "succeeded" with a step that did not succeed
             reason = f"internal error: steps {', '.join(map(repr, missing))} never finished"
             await self.store.steps_ended(self.run_id, missing, StepStatus.FAILED, error=reason,
@@ -331,9 +411,9 @@ class RunExecution:
 
     def _emit_all(self, names: list[str], status: str) -> None:
         for name in names:
-            self._emit(StepEvent(self.run_id, name, self.kinds[name], status))
+            self._emit(StepEvent(self.run_id, name, self.kinds[base_name(name)], status))
 
-    async def _run_step(self, spec: StepSpec) -> _Outcome:
+    async def _run_step(self, spec: StepSpec, scope: _Scope | None = None) -> _Outcome:
         """Run one step to its final status: the one place a step's outcome is decided.
 
         Whatever the orchestrator itself raises on the way (a preparation that
@@ -342,7 +422,7 @@ class RunExecution:
         """
         marked: list[_RunningMark] = []
         try:
-            return await self._step(spec, marked)
+            return await self._step(spec, marked, scope)
         except (asyncio.CancelledError, LeaseLost):
             raise
         except Exception as exc:
@@ -360,7 +440,11 @@ class RunExecution:
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", error=message))
             return _Outcome(spec.name, False, message, recorded=False)
 
-    async def _step(self, spec: StepSpec, marked: list[_RunningMark]) -> _Outcome:
+    async def _step(self, spec: StepSpec, marked: list[_RunningMark],
+                    scope: _Scope | None = None) -> _Outcome:
+        decided = await self._decide(spec, scope)
+        if decided is not None:
+            return decided
         executor = self.executors.get(spec.kind)
         tries = self.prior_tries.get(spec.name, 0)
         started = utcnow()
@@ -370,7 +454,7 @@ class RunExecution:
             if executor is None:
                 raise StepFailed(f"no executor for {spec.kind!r} steps in this process",
                                  retryable=False)
-            prepared = executor.prepare(spec, self._resolve)
+            prepared = executor.prepare(spec, self._resolver(scope))
         except (StepFailed, PlaceholderError) as exc:
             # The step cannot even start (a missing trigger field, an unset secret, an
             # invalid argument): that is one failed try, not worth repeating.
@@ -421,6 +505,134 @@ class RunExecution:
             self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", tries, message,
                                  seconds=time.perf_counter() - t0))
             return _Outcome(spec.name, False, message)
+
+    # --- conditions and blocks ---
+
+    async def _decide(self, spec: StepSpec, scope: _Scope | None) -> _Outcome | None:
+        """Before a step starts: skipped (a step whose output it needs was skipped, or a
+        condition does not hold), failed (a condition is not true or false), or ``None``
+        to run it."""
+        name_of = scope.name if scope is not None else (lambda n: n)
+        needs = [*spec.refs, *(c.step for c in spec.when)]
+        if any(name_of(n) in self.skipped for n in needs):
+            return await self._skip([spec.name])
+        for condition in spec.when:
+            value = self.outputs[name_of(condition.step)]
+            holds = _holds(value)
+            if holds is None:
+                shown = value if len(value) <= 80 else value[:77] + "..."
+                msg = (f"condition {condition.describe()} is {shown!r}: a condition's output "
+                       f"must be true or false (also 1/0, yes/no)")
+                await self.store.step_finished(
+                    self.run_id, spec.name, status=StepStatus.FAILED,
+                    tries=self.prior_tries.get(spec.name, 0), ended_at=utcnow(), error=msg,
+                    owner=self.owner)
+                self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", error=msg))
+                return _Outcome(spec.name, False, msg)
+            if holds == condition.negated:
+                return await self._skip([spec.name])
+        return None
+
+    async def _skip(self, names: list[str]) -> _Outcome:
+        """Record steps as skipped (a success: what depends on their order goes on)."""
+        await self.store.steps_ended(self.run_id, names, StepStatus.SKIPPED, owner=self.owner)
+        self.skipped.update(names)
+        self._emit_all(names, "skipped")
+        return _Outcome(names[0], True)
+
+    async def _fail_block(self, group: ForEachSpec, message: str) -> _Outcome:
+        """A block that cannot expand fails its first step, saying why."""
+        first = group.steps[0]
+        await self.store.step_finished(self.run_id, first, status=StepStatus.FAILED,
+                                       tries=self.prior_tries.get(first, 0), ended_at=utcnow(),
+                                       error=message, owner=self.owner)
+        self._emit(StepEvent(self.run_id, first, self.kinds[first], "failed", error=message))
+        return _Outcome(first, False, message)
+
+    def _items(self, group: ForEachSpec) -> list[Any] | str:
+        """The block's elements, or why there are none to loop over."""
+        if group.items_step is None:
+            assert isinstance(group.items, list)
+            return group.items
+        raw = self.outputs[group.items_step]
+        try:
+            items = json.loads(raw)
+        except ValueError:
+            items = None
+        if not isinstance(items, list):
+            shown = raw if len(raw) <= 80 else raw[:77] + "..."
+            return (f"for_each over {{{group.items_step}}}: its output is not a JSON array "
+                    f"({shown!r}); return a list from a @step")
+        if len(items) > MAX_ITEMS:
+            return (f"for_each over {{{group.items_step}}}: {len(items)} elements, at most "
+                    f"{MAX_ITEMS} are allowed")
+        return items
+
+    async def _run_group(self, group: ForEachSpec) -> _Outcome:
+        """A for_each block: expand it (instance rows committed first), run its instances up
+        to ``max_parallel`` at once, then record each step's list of outputs."""
+        members = [self._spec(n) for n in group.steps]
+        # Conditions around the whole block, and the list it loops over, decide it as one.
+        around = set.intersection(*(set(m.when) for m in members))
+        outside = [c for c in around if c.step not in group.steps]
+        needs = [c.step for c in outside] + ([group.items_step] if group.items_step else [])
+        if any(n in self.skipped for n in needs):
+            return await self._skip(list(group.steps))
+        for condition in outside:
+            holds = _holds(self.outputs[condition.step])
+            if holds is not None and holds == condition.negated:
+                return await self._skip(list(group.steps))
+        items = self._items(group)
+        if isinstance(items, str):
+            return await self._fail_block(group, items)
+        count = len(items)
+        rows = [(f"{m.name}[{i}]", m.kind, m.position) for i in range(count) for m in members]
+        await self.store.add_steps(self.run_id, rows, owner=self.owner)
+        started = utcnow()
+        members_set = frozenset(group.steps)
+        limit = asyncio.Semaphore(group.max_parallel)
+
+        async def instance(index: int, element: str) -> _Outcome | None:
+            scope = _Scope(index, element, members_set)
+            async with limit:
+                for member in members:
+                    name = scope.name(member.name)
+                    if name in self.outputs:  # finished before a resume
+                        continue
+                    spec = member.model_copy(update={"name": name, "instance": index})
+                    outcome = await self._run_step(spec, scope)
+                    if not outcome.ok:
+                        return outcome
+            return None
+
+        tasks = [asyncio.create_task(instance(i, _element_text(item)))
+                 for i, item in enumerate(items)]
+        try:
+            pending: set[asyncio.Task[_Outcome | None]] = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    outcome = task.result()
+                    if outcome is not None:  # an instance failed: the run halts
+                        return outcome
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        ended = utcnow()
+        for member in members:
+            values = [None if f"{member.name}[{i}]" in self.skipped
+                      else self.outputs.get(f"{member.name}[{i}]") for i in range(count)]
+            output = json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+            await self.store.step_finished(
+                self.run_id, member.name, status=StepStatus.SUCCEEDED, tries=1, ended_at=ended,
+                output=output, inputs={"instances": count}, started_at=started, owner=self.owner)
+            self.outputs[member.name] = output
+            self._emit(StepEvent(self.run_id, member.name, member.kind, "succeeded", 1))
+        return _Outcome(group.steps[0], True)
+
+    def _spec(self, name: str) -> StepSpec:
+        return next(s for s in self.wf.spec.steps if s.name == name)
 
     async def _attempt(self, executor: Executor, spec: StepSpec,
                        prepared: PreparedStep) -> StepOutput | StepFailed:
@@ -499,6 +711,13 @@ def remember_known_secrets(wf: RunnableWorkflow) -> frozenset[str]:
     protected = declared_secret_names()
     remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
     return protected
+
+
+def _element_text(item: Any) -> str:
+    """A for_each element as ``{each.NAME}`` gives it: a string as it is, else compact JSON."""
+    if isinstance(item, str):
+        return item
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
 
 
 def _text(text: str | None, secrets: Iterable[str] = ()) -> str | None:

@@ -23,6 +23,7 @@ from brain.results import (
     StepStatus,
     TriggerData,
     clean_text,
+    step_order,
 )
 from brain.store.base import RunRecord, stored_trigger
 
@@ -179,6 +180,24 @@ class MemoryStore:
             step = run.steps[name]
             step.status, step.ended_at, step.error = status.value, now, error
 
+    async def add_steps(self, run_id: str, rows: Sequence[tuple[str, str, int]], *,
+                        owner: str | None = None) -> None:
+        """Add pending steps ``(name, kind, position)`` a run does not have yet."""
+        run = self._leased(run_id, owner)
+        for name, kind, position in rows:
+            run.steps.setdefault(name, _Step(name, kind, position))
+
+    async def end_unfinished_steps(self, run_id: str, *, pending: StepStatus,
+                                   error: str | None = None, owner: str | None = None) -> None:
+        """End every step still ``running`` (``cancelled``) or ``pending`` (``pending``)."""
+        run, now = self._leased(run_id, owner), utcnow()
+        for step in run.steps.values():
+            if step.status == StepStatus.RUNNING.value:
+                step.status, step.ended_at, step.error = StepStatus.CANCELLED.value, now, error
+            elif step.status == StepStatus.PENDING.value:
+                step.status, step.ended_at = pending.value, now
+                step.error = error if pending is not StepStatus.SKIPPED else None
+
     async def reset_steps(self, run_id: str, names: Iterable[str], *,
                           owner: str | None = None) -> None:
         """Put unfinished steps back to ``pending``."""
@@ -294,7 +313,7 @@ def _result(run: _Run, *, with_steps: bool) -> RunResult:
                            inputs=copy.deepcopy(s.inputs) if s.inputs else {}, output=s.output,
                            error=s.error, tries=s.tries, stderr=s.stderr, started_at=s.started_at,
                            ended_at=s.ended_at)
-        for s in sorted(run.steps.values(), key=lambda s: s.position)}
+        for s in sorted(run.steps.values(), key=lambda s: step_order(s.name, s.position))}
     return RunResult(run_id=r.id, workflow=r.workflow, status=RunStatus(r.status), error=r.error,
                      trigger=r.trigger, created_at=r.created_at, started_at=r.started_at,
                      ended_at=r.ended_at, previous_run_id=r.previous_run_id, steps=steps)

@@ -24,6 +24,7 @@ from brain.results import (
     StepStatus,
     TriggerData,
     clean_text,
+    step_order,
 )
 from brain.store.base import RunRecord, stored_trigger
 from brain.store.database import lease_clock
@@ -170,6 +171,48 @@ class Store(RunQueue):
         query = update(steps).where(steps.c.run_id == run_id, steps.c.name.in_(names))
         _check_lease(await self._one(_leased(query, run_id, owner).values(
             status=status.value, ended_at=now, error=clean_text(error))), owner)
+
+    async def add_steps(self, run_id: str, rows: Sequence[tuple[str, str, int]], *,
+                        owner: str | None = None) -> None:
+        """Add pending steps ``(name, kind, position)`` a run does not have yet (a for_each
+        block's instances), committed before this returns; only while ``owner`` holds the
+        run's lease, when given."""
+        if not rows:
+            return
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            add: Any = pg_insert(steps).on_conflict_do_nothing()
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            add = sqlite_insert(steps).on_conflict_do_nothing()
+        values = [dict(run_id=run_id, name=name, position=position, kind=kind,
+                       status=StepStatus.PENDING.value, tries=0) for name, kind, position in rows]
+        statements: list[tuple[Any, Any]] = []
+        if owner is not None:  # changes nothing; counts one row while the lease is ours
+            statements.append((update(runs).where(runs.c.id == run_id, runs.c.lease_owner == owner)
+                               .values(lease_owner=owner), None))
+        statements.append((add, values))
+        counts = await self._transaction(statements)
+        if owner is not None and not counts[0]:
+            raise LeaseLost("this executor no longer holds the run's lease")
+
+    async def end_unfinished_steps(self, run_id: str, *, pending: StepStatus,
+                                   error: str | None = None, owner: str | None = None) -> None:
+        """End every step still ``running`` (as ``cancelled``) or ``pending`` (as
+        ``pending``, e.g. ``skipped``) in one commit."""
+        now = utcnow()
+        running = update(steps).where(steps.c.run_id == run_id,
+                                      steps.c.status == StepStatus.RUNNING.value)
+        waiting = update(steps).where(steps.c.run_id == run_id,
+                                      steps.c.status == StepStatus.PENDING.value)
+        await self._transaction([
+            (_leased(running, run_id, owner).values(
+                status=StepStatus.CANCELLED.value, ended_at=now, error=clean_text(error)), None),
+            (_leased(waiting, run_id, owner).values(
+                status=pending.value, ended_at=now,
+                error=None if pending is StepStatus.SKIPPED else clean_text(error)), None)])
 
     async def reset_steps(self, run_id: str, names: Iterable[str], *,
                           owner: str | None = None) -> None:
@@ -381,7 +424,7 @@ def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
                            inputs=json.loads(s.inputs) if s.inputs else {}, output=s.output,
                            error=s.error, tries=s.tries, stderr=s.stderr,
                            started_at=s.started_at, ended_at=s.ended_at)
-        for s in step_rows}
+        for s in sorted(step_rows, key=lambda s: step_order(s.name, s.position))}
     return RunResult(run_id=row.id, workflow=row.workflow, status=RunStatus(row.status),
                      error=row.error, trigger=trigger, created_at=row.created_at,
                      started_at=row.started_at, ended_at=row.ended_at,
