@@ -134,6 +134,11 @@ class RunResult(BaseModel):
         return data
 
 
+def base_name(name: str) -> str:
+    """``review`` for ``review[3]`` (an instance of a ``for_each`` block); else ``name``."""
+    return name.split("[", 1)[0]
+
+
 def step_order(name: str, position: int) -> tuple[int, int]:
     """Where a step row sorts: by the step's place in the workflow, then a ``for_each``
     block's instances (``review[2]``) after the step's own row, in item order."""

@@ -17,6 +17,7 @@ from brain._errors import BrainError, RunNotFound, StoreError, WorkflowLoadError
 from brain.cli import render
 
 if TYPE_CHECKING:
+    from brain.dsl.model import WorkflowGraph
     from brain.results import RunResult
     from brain.store import Store
 
@@ -139,13 +140,36 @@ def cmd_graph(args: argparse.Namespace) -> int:
     wf = load_target(args.target)
     graph = wf.graph
     if args.mermaid:
-        lines = ["flowchart TD"]
-        lines += [f"    {_mermaid_id(name)}[\"{name}\"]" for name in graph.nodes]
-        lines += [f"    {_mermaid_id(up)} --> {_mermaid_id(down)}" for up, down in graph.edges]
-        render.write_stdout("\n".join(lines) + "\n")
+        render.write_stdout(mermaid(graph))
         return 0
     render.graph(wf)
     return 0
+
+
+def mermaid(graph: WorkflowGraph) -> str:
+    """A Mermaid flowchart of ``graph``: a conditioned step shows its conditions, a
+    ``for_each`` block is a subgraph, an edge from a condition is labelled ``when``."""
+    in_group = {name for group in graph.groups for name in group.steps}
+    lines = ["flowchart TD"]
+
+    def node(name: str) -> str:
+        label = name
+        if name in graph.conditions:
+            label += "<br/>when " + " and ".join(graph.conditions[name])
+        return f"{_mermaid_id(name)}[\"{label.replace(chr(34), '#quot;')}\"]"
+
+    lines += [f"    {node(name)}" for name in graph.nodes if name not in in_group]
+    for i, group in enumerate(graph.groups):
+        title = f"{group.label}, {group.max_parallel} at a time".replace('"', "#quot;")
+        lines.append(f"    subgraph g{i}[\"{title}\"]")
+        lines += [f"        {node(name)}" for name in group.steps]
+        lines.append("    end")
+    for up, down in graph.edges:
+        conditions = graph.conditions.get(down, ())
+        when = any(c.strip("{}").removeprefix("not {") == up for c in conditions)
+        arrow = "-. when .->" if when else "-->"
+        lines.append(f"    {_mermaid_id(up)} {arrow} {_mermaid_id(down)}")
+    return "\n".join(lines) + "\n"
 
 
 def _mermaid_id(name: str) -> str:

@@ -177,9 +177,16 @@ def graph(wf: Workflow) -> None:
     waits: dict[str, list[str]] = {n: [] for n in wf.graph.nodes}
     for up, down in wf.graph.edges:
         waits[down].append(up)
+    blocks = {name: group for group in wf.graph.groups for name in group.steps}
     for name in wf.graph.nodes:
+        group = blocks.get(name)
+        if group is not None and group.steps[0] == name:
+            out.print(f"  [cyan]{escape(group.label)}[/] [dim]({group.max_parallel} at a time)[/]")
+        indent = "    " if group is not None else "  "
         after = f"  [dim]← {', '.join(waits[name])}[/]" if waits[name] else ""
-        out.print(f"  {escape(name)}{after}")
+        conditions = wf.graph.conditions.get(name)
+        when = f"  [yellow]when {escape(' and '.join(conditions))}[/]" if conditions else ""
+        out.print(f"{indent}{escape(name)}{when}{after}")
 
 
 def tools(listing: list[dict[str, Any]]) -> None:

@@ -34,7 +34,7 @@ from brain.dsl.tracing import MAX_ITEMS
 from brain.executors import Executor, StepContext, default_executors
 from brain.executors.base import PreparedStep, StepOutput
 from brain.placeholders import Ref, render
-from brain.results import RunStatus, StepStatus, TriggerData, clean_text
+from brain.results import RunStatus, StepStatus, TriggerData, base_name, clean_text
 from brain.runner.events import EventHandler, StepEvent
 
 if TYPE_CHECKING:
@@ -83,11 +83,6 @@ class _Scope:
     def name(self, step: str) -> str:
         """The name ``step`` has in this instance, if it is one of the block's steps."""
         return f"{step}[{self.index}]" if step in self.members else step
-
-
-def base_name(name: str) -> str:
-    """``review`` for ``review[3]`` (an instance of a ``for_each`` block); else ``name``."""
-    return name.split("[", 1)[0]
 
 
 _TRUE = frozenset({"true", "1", "yes"})

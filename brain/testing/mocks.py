@@ -20,7 +20,7 @@ from brain._errors import StepFailed
 from brain.executors import Executor, default_executors
 from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
 from brain.executors.function import output_text
-from brain.results import RunResult
+from brain.results import RunResult, base_name
 
 if TYPE_CHECKING:
     from brain.runnable import Workflow
@@ -38,6 +38,9 @@ class MockCall:
     kind: str
     inputs: dict[str, Any]
     try_number: int
+    #: Which instance of a ``for_each`` block this is (``None`` outside one). ``name`` is
+    #: the step's own name, the same for every instance.
+    index: int | None = None
 
 
 class MockedRunResult(RunResult):
@@ -55,6 +58,7 @@ class _Mocking:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def mock_for(self, name: str, kind: str) -> Mock | None:
+        name = base_name(name)  # a mock by step name applies to every for_each instance
         if name in self.mocks:
             return self.mocks[name]
         if kind in self.mocks and kind not in self.step_names:
@@ -82,9 +86,12 @@ class _MockingExecutor:
             if self.mocking.strict:
                 raise _not_mocked(spec)
             return await self.real.execute(spec, prepared, ctx)
+        index = getattr(spec, "instance", None)
         with self.mocking.lock:
-            calls = self.mocking.calls.setdefault(spec.name, [])
-            call = MockCall(spec.name, spec.kind, dict(prepared.inputs), len(calls) + 1)
+            calls = self.mocking.calls.setdefault(base_name(spec.name), [])
+            tries = sum(1 for c in calls if c.index == index)
+            call = MockCall(base_name(spec.name), spec.kind, dict(prepared.inputs), tries + 1,
+                            index)
             calls.append(call)
         if isinstance(mock, str):
             return StepOutput(output=mock)
@@ -100,8 +107,9 @@ class _MockingExecutor:
 
 
 def _not_mocked(spec: Any) -> StepFailed:
-    return StepFailed(f"step {spec.name!r} ({spec.kind}) is not mocked and strict=True: "
-                      f"add mocks={{{spec.name!r}: ...}}", retryable=False)
+    name = base_name(spec.name)
+    return StepFailed(f"step {name!r} ({spec.kind}) is not mocked and strict=True: "
+                      f"add mocks={{{name!r}: ...}}", retryable=False)
 
 
 def _check_mocks(wf: Workflow, mocks: Mapping[str, Mock]) -> frozenset[str]:
