@@ -37,10 +37,10 @@ def split_memories(recalled: str) -> list[str]:
     """The recall tool's answer as a list of memories, one element each.
 
     An MCP tool written in Python that returns a list of strings answers with
-    one text block per string, which the step joins with newlines; an empty
-    list has no text block, so the step's output is the structured result,
-    ``{"result":[]}``. A tool may also answer with a JSON array of strings or
-    objects. All of these work here.
+    one text block per string, which the `recall` step joins with newlines; an
+    empty list has no text block, so `recall`'s output is then the structured
+    result, ``{"result":[]}``. A tool may also answer with a JSON array of
+    strings or objects. All of these work here.
     """
     try:
         parsed = json.loads(recalled)

@@ -150,7 +150,9 @@ class Tracer:
         if isinstance(node, NotNode):
             node = node._node
         if isinstance(node, PreviousNode) or not isinstance(node, StepNode):
-            shown = "a trigger field" if isinstance(node, _Lazy) else type(node).__name__
+            shown = ("an output of the previous run (.previous)" if isinstance(node, PreviousNode)
+                     else "a for_each element" if isinstance(node, EachNode)
+                     else "a trigger field" if isinstance(node, _Lazy) else type(node).__name__)
             raise self.error(step, f"when takes the output of an earlier step of this run (or "
                                    f"~output), not {shown}: compute the condition in a @step "
                                    f"returning a bool")

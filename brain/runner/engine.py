@@ -29,7 +29,7 @@ from brain._secrets import (
     remember_environment,
     scrub,
 )
-from brain.dsl.model import ForEachSpec, StepSpec, WorkflowSpec
+from brain.dsl.model import Condition, ForEachSpec, StepSpec, WorkflowSpec
 from brain.dsl.tracing import MAX_ITEMS
 from brain.executors import Executor, StepContext, default_executors
 from brain.executors.base import PreparedStep, StepOutput
@@ -508,16 +508,14 @@ class RunExecution:
         condition does not hold), failed (a condition is not true or false), or ``None``
         to run it."""
         name_of = scope.name if scope is not None else (lambda n: n)
-        needs = [*spec.refs, *(c.step for c in spec.when)]
-        if any(name_of(n) in self.skipped for n in needs):
-            return await self._skip([spec.name])
+        for need in [*spec.refs, *(c.step for c in spec.when)]:
+            if name_of(need) in self.skipped:
+                return await self._skip([spec.name], f"{{{need}}} was skipped")
         for condition in spec.when:
             value = self.outputs[name_of(condition.step)]
             holds = _holds(value)
             if holds is None:
-                shown = value if len(value) <= 80 else value[:77] + "..."
-                msg = (f"condition {condition.describe()} is {shown!r}: a condition's output "
-                       f"must be true or false (also 1/0, yes/no)")
+                msg = _not_a_condition(condition, value)
                 await self.store.step_finished(
                     self.run_id, spec.name, status=StepStatus.FAILED,
                     tries=self.prior_tries.get(spec.name, 0), ended_at=utcnow(), error=msg,
@@ -525,12 +523,15 @@ class RunExecution:
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", error=msg))
                 return _Outcome(spec.name, False, msg)
             if holds == condition.negated:
-                return await self._skip([spec.name])
+                return await self._skip([spec.name], f"condition {condition.describe()} is "
+                                                     f"{'true' if holds else 'false'}")
         return None
 
-    async def _skip(self, names: list[str]) -> _Outcome:
-        """Record steps as skipped (a success: what depends on their order goes on)."""
-        await self.store.steps_ended(self.run_id, names, StepStatus.SKIPPED, owner=self.owner)
+    async def _skip(self, names: list[str], reason: str) -> _Outcome:
+        """Record steps as skipped, saying why (a success: what depends on their order
+        goes on)."""
+        await self.store.steps_ended(self.run_id, names, StepStatus.SKIPPED, error=reason,
+                                     owner=self.owner)
         self.skipped.update(names)
         self._emit_all(names, "skipped")
         return _Outcome(names[0], True)
@@ -571,12 +572,17 @@ class RunExecution:
         around = set.intersection(*(set(m.when) for m in members))
         outside = [c for c in around if c.step not in group.steps]
         needs = [c.step for c in outside] + ([group.items_step] if group.items_step else [])
-        if any(n in self.skipped for n in needs):
-            return await self._skip(list(group.steps))
+        for need in needs:
+            if need in self.skipped:
+                return await self._skip(list(group.steps), f"{{{need}}} was skipped")
         for condition in outside:
             holds = _holds(self.outputs[condition.step])
-            if holds is not None and holds == condition.negated:
-                return await self._skip(list(group.steps))
+            if holds is None:  # fails the block once, not each instance
+                return await self._fail_block(group, _not_a_condition(
+                    condition, self.outputs[condition.step]))
+            if holds == condition.negated:
+                return await self._skip(list(group.steps), f"condition {condition.describe()} "
+                                                           f"is {'true' if holds else 'false'}")
         items = self._items(group)
         if isinstance(items, str):
             return await self._fail_block(group, items)
@@ -609,6 +615,10 @@ class RunExecution:
                 for task in done:
                     outcome = task.result()
                     if outcome is not None:  # an instance failed: the run halts
+                        failed = base_name(outcome.name)
+                        await self.store.steps_ended(
+                            self.run_id, [failed], StepStatus.FAILED,
+                            error=f"{outcome.name} failed: {outcome.error}", owner=self.owner)
                         return outcome
         finally:
             for task in tasks:
@@ -706,6 +716,12 @@ def remember_known_secrets(wf: RunnableWorkflow) -> frozenset[str]:
     protected = declared_secret_names()
     remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
     return protected
+
+
+def _not_a_condition(condition: Condition, value: str) -> str:
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    return (f"condition {condition.describe()} is {shown!r}: a condition's output must be "
+            f"true or false (also 1/0, yes/no)")
 
 
 def _element_text(item: Any) -> str:

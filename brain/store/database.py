@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Self
 
@@ -286,11 +287,48 @@ class Database:
                 return [(await conn.execute(st, params)).rowcount for st, params in statements]
         return await _shielded(_retrying(go))  # type: ignore[no-any-return]
 
+    async def _hot(self, statement: Any, params: dict[str, Any]) -> Written:
+        """A write every step makes: as :meth:`_one`, but on SQLite compiled once and run
+        on the writer's ``sqlite3`` connection itself, without SQLAlchemy's per-statement
+        work (which would hold the GIL while the step's own work waits for it)."""
+        if self._writer is None:
+            return await self._one(statement, params)
+        written: Written = await self._writer.run(partial(_raw_sqlite, statement, params),
+                                                  write=True)
+        return written
+
     async def _write(self, job: Callable[[Connection], Any]) -> Any:
         """Run ``job(connection)`` in the SQLite writer's next transaction (SQLite only)."""
         if self._writer is None:
             raise StoreError("only a store on SQLite has a writer thread")
         return await self._writer.run(job, write=True)
+
+
+_compiled: dict[int, tuple[Any, str, dict[str, Any]]] = {}
+
+
+def _raw_sqlite(statement: Any, params: dict[str, Any], conn: Connection) -> Written:
+    """Run ``statement`` with ``params`` on the plain sqlite3 connection under ``conn``;
+    timestamps are written in the form SQLAlchemy's SQLite dialect writes and reads."""
+    found = _compiled.get(id(statement))
+    if found is None or found[0] is not statement:
+        from sqlalchemy.dialects import sqlite
+
+        compiled = statement.compile(dialect=sqlite.dialect(paramstyle="named"))
+        found = (statement, str(compiled), dict(compiled.params))
+        _compiled[id(statement)] = found
+    _, sql, defaults = found
+    values = {**defaults, **{k: _sqlite_time(v) if isinstance(v, datetime) else v
+                             for k, v in params.items()}}
+    cursor = conn.connection.driver_connection.execute(sql, values)  # type: ignore[union-attr]
+    return Written([], cursor.rowcount)
+
+
+def _sqlite_time(value: datetime) -> str:
+    """A timestamp as the store keeps it on SQLite: UTC, no offset, microseconds."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def _counts(statements: list[tuple[Any, Any]], conn: Connection) -> list[int]:

@@ -124,9 +124,9 @@ class Store(RunQueue):
         params = dict(b_run=run_id, b_name=name, b_status=StepStatus.RUNNING.value,
                       b_inputs=json.dumps(inputs), b_tries=tries, b_started=started_at)
         if owner is None:
-            await self._one(_STEP_RUNNING, params)
+            await self._hot(_STEP_RUNNING, params)
         else:
-            _check_lease(await self._one(_STEP_RUNNING_LEASED, {**params, "b_owner": owner}), owner)
+            _check_lease(await self._hot(_STEP_RUNNING_LEASED, {**params, "b_owner": owner}), owner)
 
     async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
                             ended_at: datetime, output: str | None = None,
@@ -147,9 +147,9 @@ class Store(RunQueue):
                 b_output=output, b_error=error, b_stderr=stderr, b_inputs=json.dumps(inputs),
                 b_started=started_at)
             if owner is None:
-                await self._one(_STEP_FINISHED, params)
+                await self._hot(_STEP_FINISHED, params)
             else:
-                _check_lease(await self._one(_STEP_FINISHED_LEASED, {**params, "b_owner": owner}),
+                _check_lease(await self._hot(_STEP_FINISHED_LEASED, {**params, "b_owner": owner}),
                              owner)
             return
         values: dict[str, Any] = dict(status=status.value, tries=tries, ended_at=ended_at,

@@ -61,6 +61,9 @@ def test_a_condition_runs_or_skips_its_steps(db_url: str, value: str, runs: bool
     assert r.steps["always"].output == "always"
     skipped = [s for s in r.steps.values() if s.status == StepStatus.SKIPPED]
     assert all(s.output is None and s.tries == 0 for s in skipped)
+    reasons = {s.name: s.error for s in skipped}
+    assert reasons == ({"negated": "condition not {says} is true"} if runs
+                       else {"inside": "condition {says} is false"})
 
 
 def test_a_bool_returning_step_is_a_condition(db_url: str) -> None:
@@ -112,6 +115,8 @@ def test_skipping_follows_data_edges_but_not_order_edges(db_url: str) -> None:
     assert r.status == RunStatus.SUCCEEDED, r.error
     assert statuses(r) == {"says": "succeeded", "gone": "skipped", "reads": "skipped",
                            "reads_too": "skipped", "ordered": "succeeded", "waits": "succeeded"}
+    assert r.steps["reads"].error == "{gone} was skipped"
+    assert r.steps["reads_too"].error == "{reads} was skipped"
 
 
 def test_nested_conditions_and_together_and_parallel_works_inside(db_url: str,
@@ -274,6 +279,23 @@ def test_a_failing_instance_halts_the_run_and_cancels_running_siblings(db_url: s
     assert all(s.status not in (StepStatus.PENDING, StepStatus.RUNNING) for s in r.steps.values())
     assert not list(tmp_path.glob("finished-*"))
     assert r.steps["after"].status == StepStatus.SKIPPED
+    assert r.steps["work"].status == StepStatus.FAILED
+    assert (r.steps["work"].error or "").startswith("work[1] failed: ")
+
+
+def test_a_condition_around_a_block_that_is_not_true_or_false_fails_it_once(db_url: str) -> None:
+    @workflow(name="bad_around")
+    def bad_around():
+        flag = says("perhaps")
+        numbers = count_to(3)
+        with when(flag), for_each(numbers) as n:
+            shell("each", argv=["echo", f"{n}"])
+
+    r = bad_around.run(store=db_url)
+    assert r.status == RunStatus.FAILED
+    assert r.steps["each"].status == StepStatus.FAILED
+    assert "condition {says} is 'perhaps'" in (r.steps["each"].error or "")
+    assert not any(name.startswith("each[") for name in r.steps)
 
 
 def test_when_inside_a_block_decides_per_instance_and_around_it_for_all(db_url: str) -> None:
@@ -461,6 +483,12 @@ def test_misuse_is_a_definition_error() -> None:
 
     _refused(condition_is_text, "when takes the output of an earlier step")
     _refused(condition_is_a_trigger_field, "not a trigger field")
+
+    def condition_is_previous() -> None:
+        flag = says("true")
+        shell("a", argv=["echo"], when=flag.previous)
+
+    _refused(condition_is_previous, r"not an output of the previous run \(.previous\)")
     _refused(over_text, "for_each takes a list or the output of an earlier step")
     _refused(nested, "cannot be nested")
     _refused(each_outside, r"\{each.item\} is used outside")
