@@ -664,13 +664,21 @@ class RunExecution:
         return result
 
 
-class _RunningMark:
-    """Records a step as ``running`` as it starts, without making the step wait for it.
+#: A step still running this long after it started is recorded ``running``; one that ends
+#: sooner is written once, finished (its start time and inputs with it).
+MARK_AFTER_SECONDS = 0.05
 
-    The write overlaps the step's own work (an HTTP call, a process start); the
-    store's lock keeps it ahead of the final write, and :meth:`settle` lets it
-    land first. A step that ends within the same loop turn (a mocked one) is
-    written once, finished, with its inputs and start time.
+
+class _RunningMark:
+    """Records a step as ``running`` once it has run for :data:`MARK_AFTER_SECONDS`,
+    without making the step wait for it.
+
+    The write overlaps the step's own work (an HTTP call, a process); the
+    writer's queue keeps it ahead of the final write, and :meth:`settle` lets it
+    land first. A quick step (an LLM answer from a local model, a small
+    function) costs one write instead of two, and nothing competes with its own
+    work while it runs. If the process dies before the mark, the step is still
+    ``pending`` and runs again on resume, as a ``running`` one would.
     """
 
     def __init__(self, store: RunStore, run_id: str, name: str, inputs: dict[str, object],
@@ -678,7 +686,7 @@ class _RunningMark:
         self.writing = False
 
         async def mark() -> None:
-            await asyncio.sleep(0)
+            await asyncio.sleep(MARK_AFTER_SECONDS)
             self.writing = True
             await store.step_running(run_id, name, inputs=inputs, tries=tries, started_at=started,
                                      owner=owner)

@@ -104,9 +104,13 @@ async def get_workflow(request: Request[Any, Any, Any], name: FromPath[str]) -> 
     if wf is None:
         raise NotFoundException(detail=f"no workflow {name!r}")
     data = _workflow_summary(wf, service)
-    data["steps"] = [{"name": s.name, "kind": s.kind, "upstream": list(s.upstream)}
+    graph = wf.graph
+    data["steps"] = [{"name": s.name, "kind": s.kind, "upstream": list(s.upstream),
+                      "when": list(graph.conditions.get(s.name, ())), "for_each": s.group}
                      for s in wf.spec.steps]
-    data["edges"] = [list(e) for e in wf.graph.edges]
+    data["edges"] = [list(e) for e in graph.edges]
+    data["for_each"] = [{"index": i, "label": g.label, "steps": list(g.steps),
+                         "max_parallel": g.max_parallel} for i, g in enumerate(graph.groups)]
     return data
 
 

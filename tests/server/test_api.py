@@ -23,7 +23,7 @@ from litestar.testing import AsyncTestClient
 from serve_support import wait_run
 from support import read_pid, wait_gone
 
-from brain import cron, every, parallel, shell, trigger, webhook, workflow
+from brain import cron, every, for_each, parallel, shell, step, trigger, webhook, when, workflow
 from brain.server import create_app
 from brain.server.webhooks import sign
 
@@ -188,6 +188,38 @@ async def test_start_run_with_json_body_and_wait(api: ClientFactory) -> None:
         assert [s["status"] for s in run["steps"]] == ["failed", "skipped"]
 
 
+async def test_conditions_blocks_and_instances_in_the_json(api: ClientFactory) -> None:
+    """SPEC §12 in the API: a workflow's conditions and for_each blocks, a run's
+    instances and skipped steps."""
+    @step
+    def yes() -> bool:
+        return True
+
+    @workflow(name="fanned")
+    def fanned() -> None:
+        flag = yes()
+        with when(flag), for_each(["a", "b"], max_parallel=2) as x:
+            shell("each", argv=["echo", f"{x}"])
+        shell("never", argv=["echo", "never"], when=~flag)
+
+    async with api([fanned], triggers=False) as client:
+        shape = (await client.get("/api/workflows/fanned")).json()
+        r = await client.post("/api/workflows/fanned/runs", json={"wait": True})
+        assert r.status_code == 200, r.text
+        run = (await client.get(f"/api/runs/{r.json()['run_id']}")).json()
+    steps = {s["name"]: s for s in shape["steps"]}
+    assert steps["each"]["when"] == ["{yes}"] and steps["each"]["for_each"] == 0
+    assert steps["never"]["when"] == ["not {yes}"] and steps["never"]["for_each"] is None
+    assert shape["for_each"] == [{"index": 0, "label": "for_each [2 items]", "steps": ["each"],
+                                  "max_parallel": 2}]
+    assert run["status"] == "succeeded"
+    assert [(s["name"], s["status"], s["output"]) for s in run["steps"]] == [
+        ("yes", "succeeded", "true"), ("each", "succeeded", '["a","b"]'),
+        ("each[0]", "succeeded", "a"), ("each[1]", "succeeded", "b"),
+        ("never", "skipped", None)]
+    assert run["steps"][-1]["error"] == "condition not {yes} is true"
+
+
 async def test_unknown_workflow_is_404_json(api: ClientFactory) -> None:
     async with api([make_hello()]) as client:
         assert "nope" in json_error(await client.get("/api/workflows/nope"), 404)
@@ -308,7 +340,11 @@ async def test_cancel_running_run_then_finished_run_is_409(api: ClientFactory, t
         assert r.status_code == 202
         run_id = r.json()["run_id"]
         pid = await asyncio.to_thread(read_pid, pid_file, 20)
-        run = (await client.get(f"/api/runs/{run_id}")).json()
+        for _ in range(100):  # a step is marked running once it has run for 50 ms
+            run = (await client.get(f"/api/runs/{run_id}")).json()
+            if run["steps"][0]["status"] == "running":
+                break
+            await asyncio.sleep(0.05)
         assert run["status"] == "running"
         assert run["steps"][0]["status"] == "running"
 
