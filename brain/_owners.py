@@ -1,29 +1,56 @@
-"""Lease owners: ``host:pid:random`` ids, and whether the process behind one is gone.
+"""Lease owners: ``host+place:pid:random`` ids, and whether the process behind one is gone.
+
+``place`` tells apart machines and containers that share a host name (cloned
+virtual machines, containers with the host's network): a process id means
+something only inside one boot of one machine and one process namespace.
 
 This module imports nothing of The Brain.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import socket
 import uuid
 
 
+@functools.cache
+def _place() -> str:
+    """This boot of this machine, and this process namespace, as 8 hex digits."""
+    parts = []
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            parts.append(f.read().strip())
+    except OSError:
+        parts.append(uuid.uuid4().hex)  # unknown: nobody else can claim to be this place
+    try:
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    except OSError:
+        parts.append(uuid.uuid4().hex)
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
+
+
+def _here() -> str:
+    return f"{socket.gethostname()}+{_place()}"
+
+
 def new_owner() -> str:
-    """A lease owner id for this process: host, pid and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A lease owner id for this process: where it runs, its pid and a random part."""
+    return f"{_here()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def local_owner_gone(owner: str | None) -> bool:
-    """Whether ``owner`` names a process of this machine that no longer runs.
+    """Whether ``owner`` names a process of this machine (this boot, this process
+    namespace) that no longer runs.
 
     A zombie (exited, not yet reaped by its parent) counts as gone. An owner
-    of another machine, or one that cannot be read, is not judged here: only
-    its lease running out says it is gone.
+    of another machine or container, or one that cannot be read, is not judged
+    here: only its lease running out says it is gone.
     """
     parts = (owner or "").split(":")
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != _here() or not parts[1].isdigit():
         return False
     pid = int(parts[1])
     try:

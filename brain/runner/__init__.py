@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import LeaseLost, StoreError
@@ -32,10 +35,40 @@ def lease_seconds() -> float:
     return max(value, 1.0)
 
 
-def _store_for(store: RunStore | str | None) -> tuple[RunStore, bool]:
+#: Stores given unopened to runs of this process, by how many of those runs use each: the
+#: runs open such a store together and the last one to finish closes it.
+_borrowers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def _store_for(store: RunStore | str | None) -> AsyncIterator[RunStore]:
+    """The store a run records into, open while the run needs it.
+
+    A URL (or nothing: ``BRAIN_DATABASE_URL``) gets a store of the run's own. A
+    store the caller opened stays the caller's. A store given unopened is
+    opened by the first run that needs it and closed when the last run using it
+    ends, so concurrent runs can share it.
+    """
     if store is None or isinstance(store, str):
-        return Store(store), True
-    return store, not store.is_open
+        own = Store(store)
+        await own.open()
+        try:
+            yield own
+        finally:
+            await own.close()
+        return
+    if store.is_open and store not in _borrowers:
+        yield store
+        return
+    _borrowers[store] = _borrowers.get(store, 0) + 1
+    try:
+        await store.open()
+        yield store
+    finally:
+        _borrowers[store] -= 1
+        if not _borrowers[store]:
+            del _borrowers[store]
+            await store.close()
 
 
 async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
@@ -45,10 +78,7 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
     """Record a new run of ``wf``, execute it in this process, and return its result."""
     trig = TriggerData.from_input(trigger)
     remember_known_secrets(wf)  # before the trigger is stored
-    st, own = _store_for(store)
-    if own:
-        await st.open()
-    try:
+    async with _store_for(store) as st:
         owner = new_owner()
         run_id = uuid.uuid4().hex
         lease = lease_seconds()
@@ -71,9 +101,6 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
             if resumed is not None:
                 return resumed
         return await st.get_run(run_id)
-    finally:
-        if own:
-            await st.close()
 
 
 async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str,
@@ -150,8 +177,22 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     trigger = row.trigger
     previous = row.previous_run_id
     states = await store.step_states(run_id)
+    if row.cancel_requested:
+        # Cancelled while nobody executed it (its executor froze or died): it ends here,
+        # and none of its steps starts again.
+        try:
+            await store.end_unfinished_steps(run_id, pending=StepStatus.CANCELLED,
+                                             error="cancelled", owner=owner)
+            await store.finish_run(run_id, RunStatus.CANCELLED, "cancelled", owner=owner)
+        except LeaseLost:
+            pass
+        return await store.get_run(run_id)
     outputs = await store.step_outputs(run_id)
     unfinished = [n for n, (status, _) in states.items() if status != StepStatus.SUCCEEDED.value]
+    # No step has started yet (an executor died between taking the run and recording which
+    # run {previous.X} reads): choose now, as a first start does.
+    never_started = all(status == StepStatus.PENDING.value and tries == 0
+                        for status, tries in states.values())
     if not first_start:
         # Steps of this run that a dead (or frozen) executor of this machine left running
         # end now: the resumed steps must not run beside them.
@@ -159,7 +200,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
 
         kill_run_processes(run_id)
     try:
-        if first_start and any(s.previous_refs for s in wf.spec.steps):
+        if (first_start or (previous is None and never_started)) and \
+                any(s.previous_refs for s in wf.spec.steps):
             previous = await store.latest_succeeded_run(wf.name, utcnow())
             await store.set_previous_run(run_id, previous, owner=owner)
         await store.reset_steps(run_id, unfinished, owner=owner)

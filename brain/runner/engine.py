@@ -757,7 +757,13 @@ def _scrub_deep(value: Any, secrets: Iterable[str]) -> Any:
 
 
 def _internal_error(exc: BaseException) -> str:
-    """The text stored for an error raised inside the orchestrator (secrets scrubbed)."""
+    """The text stored for an error raised inside the orchestrator (secrets scrubbed). A
+    database error is told by its driver's first line, never the SQL and its values."""
+    orig = getattr(exc, "orig", None)
+    if isinstance(orig, BaseException) and hasattr(exc, "statement"):
+        lines = describe(orig).strip().splitlines()
+        text = f"internal error: {type(orig).__name__}: {lines[0] if lines else ''}"[:2000]
+        return scrub(clean_text(text)) or "internal error"
     text = f"internal error: {type(exc).__name__}: {describe(exc)}"[:2000]
     return scrub(clean_text(text)) or "internal error"
 

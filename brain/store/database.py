@@ -87,6 +87,7 @@ class Database:
         self._auto: AsyncEngine | None = None
         self._held: AsyncConnection | None = None
         self._lock = asyncio.Lock()
+        self._opening = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.shown_url!r})"
@@ -123,9 +124,16 @@ class Database:
         return self._engine
 
     async def open(self, *, check_schema: bool = True) -> Self:
-        """Connect, apply SQLite settings, and make sure the schema is current."""
+        """Connect, apply SQLite settings, and make sure the schema is current (once: callers
+        opening the store at the same time wait for the first)."""
         if self._open:
             return self
+        async with self._opening:
+            if self._open:
+                return self
+            return await self._open_now(check_schema)
+
+    async def _open_now(self, check_schema: bool) -> Self:
         try:
             url = make_url(self.url)
         except ArgumentError:

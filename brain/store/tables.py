@@ -37,6 +37,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)  # type: ignore[no-any-return]
 
 
+class StoredText(TypeDecorator[str]):
+    """Text as every database can keep it: PostgreSQL refuses the NUL character in text, so
+    there it is stored as U+FFFD (SQLite keeps it as it is)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        if value is not None and dialect.name == "postgresql" and "\x00" in value:
+            return value.replace("\x00", "\ufffd")
+        return value
+
+
 runs = Table(
     "brain_runs", metadata,
     Column("id", String(32), primary_key=True),
@@ -44,10 +57,10 @@ runs = Table(
     Column("definition_hash", String(64), nullable=False),
     Column("status", String(16), nullable=False),
     Column("trigger_event", String(16), nullable=False),
-    Column("trigger_body", Text, nullable=False),
-    Column("trigger_path", Text),
-    Column("trigger_headers", Text, nullable=False),
-    Column("error", Text),
+    Column("trigger_body", StoredText, nullable=False),
+    Column("trigger_path", StoredText),
+    Column("trigger_headers", StoredText, nullable=False),
+    Column("error", StoredText),
     Column("previous_run_id", String(32)),
     Column("created_at", UTCDateTime, nullable=False),
     Column("started_at", UTCDateTime),
@@ -81,10 +94,10 @@ steps = Table(
     Column("kind", String(16), nullable=False),
     Column("status", String(16), nullable=False),
     Column("tries", Integer, nullable=False, default=0),
-    Column("inputs", Text),
-    Column("output", Text),
-    Column("error", Text),
-    Column("stderr", Text),
+    Column("inputs", StoredText),
+    Column("output", StoredText),
+    Column("error", StoredText),
+    Column("stderr", StoredText),
     Column("started_at", UTCDateTime),
     Column("ended_at", UTCDateTime),
 )

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 from support import kill_group_quietly, read_pid, running_step, wait_for, write_source
 
-from brain._owners import local_owner_gone
+from brain._owners import local_owner_gone, new_owner
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.store import Store
 from brain.store.memory import MemoryStore
@@ -85,7 +84,7 @@ def _state(pid: int) -> str | None:
 
 
 def test_local_owner_gone() -> None:
-    host = socket.gethostname()
+    host = new_owner().split(":")[0]
     assert local_owner_gone(f"{host}:{os.getpid()}:abc") is False  # this process
     assert local_owner_gone(f"{host}:{os.getppid()}:abc") is False  # alive
     child = subprocess.Popen(["true"])
@@ -114,7 +113,7 @@ async def _make_run(store: Store | MemoryStore, owner: str, lease_seconds: float
 
 @pytest.mark.parametrize("kind", ["sqlite", "memory"])
 def test_request_cancel_judges_whether_anyone_executes_the_run(kind: str, db_url: str) -> None:
-    host = socket.gethostname()
+    host = new_owner().split(":")[0]
     dead = subprocess.Popen(["true"])
     dead.wait()
 

@@ -366,3 +366,132 @@ def test_a_resume_ends_the_steps_a_killed_executor_left_running(tmp_path: Path, 
         subprocess.run(["pkill", "-f", str(lock)], check=False)
     assert result is not None and result.succeeded, result and result.error
     assert log.read_text().split() == ["start", "start"]
+
+
+# --- found by the attack on the store-and-layers work -----------------------------------
+
+
+def test_concurrent_runs_share_a_store_given_unopened(tmp_path: Path) -> None:
+    """Each run opens a store it was given unopened; the last one to finish closes it."""
+    @step
+    def bump(x: str) -> str:
+        return x + "!"
+
+    @workflow(name="shared_store")
+    def shared_store():
+        bump.with_options(name="c")(bump.with_options(name="b")(bump("a")))
+
+    store = Store(f"sqlite:///{tmp_path / 'shared.db'}")
+
+    async def go() -> list[Any]:
+        return await asyncio.gather(*(shared_store.arun(str(i), store=store) for i in range(20)),
+                                    return_exceptions=True)
+
+    results = asyncio.run(go())
+    assert all(not isinstance(r, BaseException) and r.succeeded for r in results), results
+    assert not store.is_open
+    with sqlite3.connect(tmp_path / "shared.db") as db:
+        assert db.execute("SELECT status, count(*) FROM brain_runs GROUP BY 1").fetchall() == [
+            ("succeeded", 20)]
+        assert db.execute("SELECT DISTINCT status FROM brain_steps").fetchall() == [("succeeded",)]
+
+
+async def _queued_then_taken(store: Store, wf: Any, owner: str) -> str:
+    """A run queued, then taken by ``owner`` (another machine's executor, say), who does
+    nothing more with it."""
+    import uuid
+
+    from brain.results import TriggerData
+
+    run_id = uuid.uuid4().hex
+    await store.enqueue_run(run_id=run_id, workflow=wf.name, definition_hash=wf.definition_hash,
+                            trigger=TriggerData(event="manual", body=""),
+                            step_rows=[(s.name, s.kind) for s in wf.spec.steps])
+    assert await store.claim_run(run_id, owner, 30)
+    return run_id
+
+
+def test_a_run_whose_executor_died_before_choosing_previous_reads_the_previous_run(
+        tmp_path: Path) -> None:
+    from brain.runner import resume_run
+
+    @workflow(name="remembers")
+    def remembers():
+        shell("now", argv=["echo", "now"])
+        shell("then", argv=["echo", "previous={previous.now}"])
+
+    url = f"sqlite:///{tmp_path / 'prev.db'}"
+
+    async def go() -> Any:
+        async with Store(url) as store:
+            first = await remembers.arun(store=store)
+            assert first.steps["then"].output == "previous="
+            run_id = await _queued_then_taken(store, remembers, "elsewhere+x:1:dead")
+            await store.expire_lease(run_id, "elsewhere+x:1:dead")  # it died at once
+            result = await resume_run(remembers, store, run_id)
+            return first, result
+
+    first, result = asyncio.run(go())
+    assert result is not None and result.status == RunStatus.SUCCEEDED, result
+    assert result.steps["then"].output == "previous=now"
+    assert result.previous_run_id == first.run_id
+
+
+def test_a_run_cancelled_while_nobody_executed_it_is_not_started_again(tmp_path: Path) -> None:
+    from brain.runner import resume_run
+
+    marker = tmp_path / "ran"
+
+    @workflow(name="cancel_then_resume")
+    def cancel_then_resume():
+        shell("touch", argv=["touch", str(marker)])
+
+    url = f"sqlite:///{tmp_path / 'cancel.db'}"
+
+    async def go() -> Any:
+        async with Store(url) as store:
+            run_id = await _queued_then_taken(store, cancel_then_resume, "elsewhere+x:1:gone")
+            # Its executor is another machine's with a live lease: the cancel is requested...
+            _, active = await store.request_cancel(run_id)
+            assert active and (await store.run_row(run_id)).status == "running"  # type: ignore[union-attr]
+            # ...then that executor freezes, its lease runs out, and a server resumes the run.
+            await store.expire_lease(run_id, "elsewhere+x:1:gone")
+            return await resume_run(cancel_then_resume, store, run_id)
+
+    result = asyncio.run(go())
+    assert result is not None and result.status == RunStatus.CANCELLED, result
+    assert result.steps["touch"].status == "cancelled" and result.steps["touch"].tries == 0
+    assert not marker.exists()
+
+
+def test_text_with_nul_is_stored_on_postgresql_too(pg_url: str) -> None:
+    """PostgreSQL refuses NUL in text: it is stored as U+FFFD there, never a failed run or
+    a failed delivery."""
+    import uuid
+
+    from brain.results import TriggerData
+
+    name = f"nul_{uuid.uuid4().hex[:8]}"
+
+    @workflow(name=name)
+    def nul():
+        shell("printed", command="printf 'x\\000y'")
+
+    async def go() -> Any:
+        store = Store(pg_url)
+        await store.upgrade_schema()
+        try:
+            result = await nul.arun("body\x00with nul", store=store)
+            queued = uuid.uuid4().hex
+            await store.enqueue_run(run_id=queued, workflow=name, definition_hash="h",
+                                    trigger=TriggerData(event="webhook", body="a\x00b"),
+                                    step_rows=[("printed", "shell")], delivery_id=queued)
+            return result, await store.get_run(queued)
+        finally:
+            await store.close()
+
+    result, queued = asyncio.run(go())
+    assert result.status == RunStatus.SUCCEEDED, result.error
+    assert result.steps["printed"].output == "x\ufffdy"
+    assert result.trigger.body == "body\ufffdwith nul"
+    assert queued.trigger.body == "a\ufffdb"
