@@ -59,3 +59,12 @@ def innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
+
+
+#: Why a run of a workflow whose definition changed since it started cannot go on.
+WORKFLOW_CHANGED = "workflow changed since the run started"
+
+
+class RunConflict(StoreError):
+    """A run cannot do what was asked in its state: retry one still active or one that
+    succeeded, or one whose workflow changed since."""

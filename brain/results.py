@@ -120,6 +120,8 @@ class RunResult(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     previous_run_id: str | None = None
+    #: The run this one retries (``brain retry``), if any.
+    retry_of: str | None = None
     steps: dict[str, StepResult] = Field(default_factory=dict)
 
     @property

@@ -218,6 +218,24 @@ class BrainService:
             self._wake.set()
         return run_id, created
 
+    async def retry(self, run_id: str) -> str:
+        """Queue a retry of a failed or cancelled run (see ``Store.retry_run``); its id.
+
+        :class:`RunConflict` when the run is active or succeeded, when its workflow is
+        not served here, or when its definition changed since.
+        """
+        from brain._errors import RunConflict
+
+        full = await self.store.resolve_id(run_id)
+        row = await self.store.run_row(full)
+        wf = None if row is None else self.workflows.get(row.workflow)
+        if row is not None and wf is None:
+            raise RunConflict(f"workflow {row.workflow!r} is not served here")
+        new_id = await self.store.retry_run(full, definition_hash=None if wf is None
+                                            else wf.definition_hash)
+        self._wake.set()
+        return new_id
+
     async def wait_for(self, run_id: str, seconds: float) -> RunResult | None:
         """The run once it has ended, or ``None`` after ``seconds``."""
         loop = asyncio.get_running_loop()

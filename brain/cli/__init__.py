@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="ask a run to stop")
     p.add_argument("run_id", metavar="RUN_ID")
 
+    p = sub.add_parser("retry", help="queue a failed or cancelled run again: steps that "
+                                     "succeeded keep their outputs, the others run")
+    p.add_argument("run_id", metavar="RUN_ID")
+
     p = sub.add_parser("prune", help="delete finished runs older than AGE (e.g. 30d, 12h)")
     p.add_argument("--older-than", required=True, metavar="AGE")
 

@@ -208,6 +208,19 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_retry(args: argparse.Namespace) -> int:
+    from brain._errors import RunConflict
+
+    try:
+        new_id = _in_store(lambda store: store.retry_run(args.run_id))
+    except RunConflict as exc:
+        render.error(str(exc))
+        return 1
+    render.ok(f"queued run {new_id}, a retry of {args.run_id}: a running `brain serve` or "
+              f"`brain worker` executes it (steps that succeeded keep their outputs)")
+    return 0
+
+
 def cmd_prune(args: argparse.Namespace) -> int:
     from brain._clock import utcnow
 
@@ -262,6 +275,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
-    "cancel": cmd_cancel, "prune": cmd_prune, "db": cmd_db, "mcp": cmd_mcp,
+    "cancel": cmd_cancel, "retry": cmd_retry, "prune": cmd_prune, "db": cmd_db, "mcp": cmd_mcp,
     "serve": cmd_serve, "worker": cmd_worker,
 }

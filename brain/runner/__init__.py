@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from brain._clock import utcnow
-from brain._errors import LeaseLost, StoreError
+from brain._errors import WORKFLOW_CHANGED, LeaseLost, StoreError
 from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData
@@ -19,10 +19,9 @@ from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
 from brain.store.base import RunStore
 
-__all__ = ["EventHandler", "RunnableWorkflow", "StepEvent", "execute_claimed", "execute_run", "new_owner",
-           "resume_run", "run_workflow_now"]
+__all__ = ["WORKFLOW_CHANGED", "EventHandler", "RunnableWorkflow", "StepEvent", "execute_claimed",
+           "execute_run", "new_owner", "resume_run", "run_workflow_now"]
 
-WORKFLOW_CHANGED = "workflow changed since the run started"
 
 
 def lease_seconds() -> float:
@@ -200,7 +199,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
 
         kill_run_processes(run_id)
     try:
-        if (first_start or (previous is None and never_started)) and \
+        if previous is None and (first_start or never_started) and \
                 any(s.previous_refs for s in wf.spec.steps):
             previous = await store.latest_succeeded_run(wf.name, utcnow())
             await store.set_previous_run(run_id, previous, owner=owner)

@@ -15,7 +15,7 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.params import FromPath, FromQuery
 
 from brain._clock import utcnow
-from brain._errors import RunNotFound
+from brain._errors import RunConflict, RunNotFound
 from brain.results import TriggerData
 from brain.server import security, webhooks
 from brain.service import BrainService
@@ -297,6 +297,26 @@ async def cancel_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> 
     return {"run_id": run.run_id, "status": str(run.status), "cancel_requested": True}
 
 
+@post("/api/runs/{run_id:str}/retry", guards=[require_api_access], status_code=202)
+async def retry_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> dict[str, Any]:
+    """Queue a failed or cancelled run again: steps that succeeded keep their outputs and
+    do not run; the others run. 409 while it is active, after it succeeded, or when its
+    workflow changed since."""
+    raw = await request.body()
+    _check_json_request(request, raw)
+    if raw.strip():
+        parse_json(raw)
+    service = service_of(request)
+    try:
+        original = await service.store.resolve_id(run_id)
+        new_id = await service.retry(original)
+    except RunNotFound as exc:
+        raise NotFoundException(detail=str(exc)) from None
+    except RunConflict as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    return {"run_id": new_id, "retry_of": original}
+
+
 @post("/hooks/{path:path}", request_max_body_size=webhooks.MAX_BODY_BYTES, status_code=202)
 async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
                           wait: FromQuery[bool] = False) -> Response[Any]:
@@ -329,4 +349,4 @@ async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
 
 
 ROUTES = [health, list_workflows, get_workflow, start_run, list_runs, get_run, cancel_run,
-          receive_webhook]
+          retry_run, receive_webhook]

@@ -284,6 +284,53 @@ class Store(RunQueue):
         await self._transaction([(statement, None) for statement in statements])
         return await self.get_run(full, with_steps=False), True
 
+    async def retry_run(self, run_id: str, *, definition_hash: str | None = None) -> str:
+        """Queue a new run that retries ``run_id`` (failed or cancelled); return its id.
+
+        Same workflow, trigger and ``{previous.X}`` run; ``retry_of`` points at the
+        original. Steps that succeeded there are copied as they ended (outputs,
+        inputs, tries and times) and do not run again; the others wait to run.
+        With ``definition_hash``, a workflow whose definition changed since is a
+        :class:`RunConflict`.
+        """
+        import uuid
+
+        from brain._errors import WORKFLOW_CHANGED, RunConflict
+
+        full = await self.resolve_id(run_id)
+        original = await self.run_row(full)
+        if original is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        if original.status not in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
+            verb = "is still " if original.status not in _FINISHED else ""
+            raise RunConflict(f"run {full[:12]} {verb}{original.status}: only a failed or "
+                              f"cancelled run can be retried")
+        if definition_hash is not None and definition_hash != original.definition_hash:
+            raise RunConflict(WORKFLOW_CHANGED)
+        rows = await self._rows(select(steps).where(steps.c.run_id == full))
+        new_id, now = uuid.uuid4().hex, utcnow()
+        trigger = original.trigger
+        run_row = dict(
+            id=new_id, workflow=original.workflow, definition_hash=original.definition_hash,
+            status=RunStatus.QUEUED.value, trigger_event=trigger.event, trigger_body=trigger.body,
+            trigger_path=trigger.path, trigger_headers=json.dumps(trigger.headers),
+            created_at=now, cancel_requested=False, previous_run_id=original.previous_run_id,
+            trigger_key="retry", retry_of=full)
+        done = StepStatus.SUCCEEDED.value
+        step_values = [
+            dict(run_id=new_id, name=r.name, position=r.position, kind=r.kind,
+                 status=done if r.status == done else StepStatus.PENDING.value,
+                 tries=r.tries if r.status == done else 0,
+                 inputs=r.inputs if r.status == done else None,
+                 output=r.output if r.status == done else None,
+                 stderr=r.stderr if r.status == done else None,
+                 started_at=r.started_at if r.status == done else None,
+                 ended_at=r.ended_at if r.status == done else None, error=None)
+            for r in rows]
+        await self._transaction([(insert(runs), run_row)]
+                                + ([(insert(steps), step_values)] if step_values else []))
+        return new_id
+
     async def prune(self, finished_before: datetime) -> int:
         """Delete finished runs that ended before ``finished_before``, and schedule fire
         records claimed before it (each trigger's latest is kept: catch-up counts from
@@ -428,4 +475,5 @@ def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
     return RunResult(run_id=row.id, workflow=row.workflow, status=RunStatus(row.status),
                      error=row.error, trigger=trigger, created_at=row.created_at,
                      started_at=row.started_at, ended_at=row.ended_at,
-                     previous_run_id=row.previous_run_id, steps=step_results)
+                     previous_run_id=row.previous_run_id, retry_of=row.retry_of,
+                     steps=step_results)

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision this code expects; a test checks it is the migrations' head.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 metadata = MetaData()
 
@@ -70,6 +70,7 @@ runs = Table(
     Column("lease_expires_at", UTCDateTime),
     Column("trigger_key", String(100)),
     Column("delivery_id", String(200)),
+    Column("retry_of", String(32)),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
     Index("ix_brain_runs_status", "status"),
     Index("ix_brain_runs_created", "created_at"),
