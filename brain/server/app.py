@@ -63,6 +63,9 @@ class BrainPlugin(InitPluginProtocol):
                  reload_paths: list[str] | None = None) -> None:
         self.service = BrainService(_workflows(workflows), store=store, concurrency=concurrency,
                                     execute=execute, triggers=triggers)
+        from brain.server.events import ChangeWatcher
+
+        self.watcher = ChangeWatcher(self.service.store)
         self.page = page
         self.reload_paths = reload_paths
         self._reloader: asyncio.Task[None] | None = None
@@ -77,6 +80,7 @@ class BrainPlugin(InitPluginProtocol):
         if self.page:
             app_config.route_handlers.extend(PAGES)
         app_config.state["brain"] = self.service
+        app_config.state["brain_watcher"] = self.watcher
         app_config.on_startup.append(self._startup)
         app_config.on_shutdown.append(self._shutdown)
         return app_config
@@ -91,6 +95,7 @@ class BrainPlugin(InitPluginProtocol):
     async def _shutdown(self, app: Litestar) -> None:
         if self._reloader is not None:
             self._reloader.cancel()
+        await self.watcher.close()
         await self.service.stop()
 
     def stop_now_soon(self) -> None:

@@ -13,6 +13,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.params import FromPath, FromQuery
+from litestar.response import ServerSentEvent
 
 from brain._clock import utcnow
 from brain._errors import RunConflict, RunNotFound
@@ -38,9 +39,15 @@ def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRo
     token = security.api_token()
     if token is not None:
         header = connection.headers.get("authorization")
-        # The page (not /api) also takes the token once as ?token=..., then from a cookie.
-        other = None if connection.url.path.startswith("/api") else (
-            connection.cookies.get("brain_token") or connection.query_params.get("token"))
+        # The console (not /api) also takes the token once as ?token=..., then from a
+        # cookie (SameSite=Strict, HttpOnly). /api takes the cookie for reads (the console's
+        # live updates), and for writes only from a page of this very origin.
+        api = connection.url.path.startswith("/api")
+        other = connection.cookies.get("brain_token") if (
+            not api or connection.scope.get("method") in ("GET", "HEAD")
+            or _same_origin(connection)) else None
+        if not api:
+            other = other or connection.query_params.get("token")
         if not security.token_matches(header, token) and not (
                 other and security.token_matches(f"Bearer {other}", token)):
             raise NotAuthorizedException(detail="missing or wrong bearer token")
@@ -52,6 +59,15 @@ def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRo
         raise HTTPException(status_code=400, detail=str(exc)) from None
     if problem:
         raise NotAuthorizedException(detail=problem)
+
+
+def _same_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    """Whether a request says it comes from a page of this server itself (``Origin`` is
+    this ``Host``): browsers send ``Origin`` on every POST, and a page cannot forge it."""
+    origin, host = connection.headers.get("origin"), connection.headers.get("host")
+    if not origin or not host:
+        return False
+    return origin.rstrip("/").lower() in (f"http://{host}".lower(), f"https://{host}".lower())
 
 
 def _queue_full(exc: QueueFull) -> HTTPException:
@@ -317,6 +333,20 @@ async def retry_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> d
     return {"run_id": new_id, "retry_of": original}
 
 
+@get("/api/events", guards=[require_api_access])
+async def events(request: Request[Any, Any, Any], run_id: FromQuery[str | None] = None,
+                 workflow: FromQuery[str | None] = None) -> ServerSentEvent:
+    """Run and step changes as server-sent events (``event: run`` / ``event: step``, JSON
+    data), optionally only those of one run (an id prefix will do) or one workflow."""
+    from brain.server.events import stream
+
+    if run_id is not None and not all(c in "0123456789abcdefABCDEF" for c in run_id):
+        raise HTTPException(status_code=400, detail="run_id is hexadecimal digits")
+    watcher = request.app.state["brain_watcher"]
+    return ServerSentEvent(stream(watcher, run_id, workflow),
+                           headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
 @post("/hooks/{path:path}", request_max_body_size=webhooks.MAX_BODY_BYTES, status_code=202)
 async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
                           wait: FromQuery[bool] = False) -> Response[Any]:
@@ -349,4 +379,4 @@ async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
 
 
 ROUTES = [health, list_workflows, get_workflow, start_run, list_runs, get_run, cancel_run,
-          retry_run, receive_webhook]
+          retry_run, events, receive_webhook]

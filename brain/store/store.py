@@ -419,6 +419,27 @@ class Store(RunQueue):
                                 .where(steps.c.run_id == run_id))
         return {r.name: (r.status, r.tries) for r in rows}
 
+    async def recent_activity(self, ended_after: datetime,
+                              limit: int = 500) -> list[tuple[RunResult, dict[str, tuple[str, str, int]]]]:
+        """Runs queued or running now, and those that ended after ``ended_after`` (newest
+        first, at most ``limit``), each with ``{step: (kind, status, tries)}``: what a
+        watcher of changes compares from one look to the next (two queries)."""
+        found = await self._rows(
+            select(runs).where(or_(runs.c.status.in_([RunStatus.QUEUED.value,
+                                                      RunStatus.RUNNING.value]),
+                                   runs.c.ended_at > ended_after))
+            .order_by(runs.c.created_at.desc()).limit(limit))
+        if not found:
+            return []
+        ids = [r.id for r in found]
+        step_rows = await self._rows(
+            select(steps.c.run_id, steps.c.name, steps.c.kind, steps.c.status, steps.c.tries)
+            .where(steps.c.run_id.in_(ids)))
+        by_run: dict[str, dict[str, tuple[str, str, int]]] = {i: {} for i in ids}
+        for r in step_rows:
+            by_run[r.run_id][r.name] = (r.kind, r.status, r.tries)
+        return [(_run_result(r, []), by_run[r.id]) for r in found]
+
     async def expired_runs(self) -> list[str]:
         """Ids of ``running`` runs whose lease has expired (their executor died)."""
         now = lease_clock(self.dialect)

@@ -1,0 +1,156 @@
+"""``GET /api/events``: run and step changes as server-sent events, for the console and
+for scripts.
+
+One :class:`ChangeWatcher` per server looks at the database twice a second while
+anybody listens (runs executed by ``brain worker`` processes elsewhere show up
+too) and fans each change out to every listener whose filter it matches: the
+database is read once per look, however many pages are open.
+
+Events (``data`` is JSON):
+
+* ``run``: ``{"run_id", "workflow", "status", "error", "retry_of"}``
+* ``step``: ``{"run_id", "workflow", "name", "kind", "status", "tries"}``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from brain._clock import utcnow
+
+if TYPE_CHECKING:
+    from brain.store import Store
+
+log = logging.getLogger("brain.server")
+
+LOOK_SECONDS = 0.5
+#: A listener that falls this far behind is dropped (its page reconnects and reloads).
+QUEUE_LIMIT = 1000
+
+
+@dataclass(eq=False)
+class _Listener:
+    run_id: str | None
+    workflow: str | None
+    queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = field(
+        default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
+
+    def wants(self, data: dict[str, Any]) -> bool:
+        return ((self.run_id is None or data["run_id"].startswith(self.run_id))
+                and (self.workflow is None or data["workflow"] == self.workflow))
+
+
+class ChangeWatcher:
+    """Looks for changes while at least one listener is connected; fans them out."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._listeners: set[_Listener] = set()
+        self._task: asyncio.Task[None] | None = None
+        #: Last seen state: run id → (status, error); (run id, step) → (status, tries).
+        self._runs: dict[str, tuple[str, str | None]] = {}
+        self._steps: dict[tuple[str, str], tuple[str, int]] = {}
+        self.looks = 0  # how many times the database was read (for tests)
+
+    @contextlib.asynccontextmanager
+    async def listen(self, run_id: str | None = None,
+                     workflow: str | None = None) -> AsyncIterator[_Listener]:
+        """A listener for changes matching the filters, while the block runs."""
+        listener = _Listener(run_id.lower() if run_id else None, workflow)
+        self._listeners.add(listener)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._watch(), name="brain-change-watcher")
+        try:
+            yield listener
+        finally:
+            self._listeners.discard(listener)
+
+    async def close(self) -> None:
+        """Stop looking and end every listener's stream."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for listener in list(self._listeners):
+            with contextlib.suppress(asyncio.QueueFull):
+                listener.queue.put_nowait(None)
+
+    async def _watch(self) -> None:
+        since = utcnow() - timedelta(seconds=5)
+        first = True
+        while self._listeners:
+            look_started = utcnow()
+            try:
+                activity = await self.store.recent_activity(since)
+            except Exception as exc:  # a busy database: look again next time
+                log.debug("change watcher: %s", exc)
+                await asyncio.sleep(LOOK_SECONDS)
+                continue
+            self.looks += 1
+            since = look_started - timedelta(seconds=2)  # overlap: a commit may land late
+            for run, step_states in reversed(activity):
+                self._compare(run, step_states, announce=not first)
+            first = False
+            await asyncio.sleep(LOOK_SECONDS)
+
+    def _compare(self, run: Any, step_states: dict[str, tuple[str, str, int]], *,
+                 announce: bool) -> None:
+        # Steps first: a run's end is announced after the ends of its steps.
+        for name, (kind, step_status, tries) in step_states.items():
+            key = (run.run_id, name)
+            if self._steps.get(key) != (step_status, tries):
+                self._steps[key] = (step_status, tries)
+                if announce:
+                    self._publish("step", {"run_id": run.run_id, "workflow": run.workflow,
+                                           "name": name, "kind": kind, "status": step_status,
+                                           "tries": tries})
+        status = str(run.status)
+        if self._runs.get(run.run_id) != (status, run.error):
+            self._runs[run.run_id] = (status, run.error)
+            if announce:
+                self._publish("run", {"run_id": run.run_id, "workflow": run.workflow,
+                                      "status": status, "error": run.error,
+                                      "retry_of": run.retry_of})
+        if len(self._runs) > 20_000:  # forget old runs (they were announced long ago)
+            for old in list(self._runs)[:10_000]:
+                del self._runs[old]
+            keep = set(self._runs)
+            self._steps = {k: v for k, v in self._steps.items() if k[0] in keep}
+
+    def _publish(self, event: str, data: dict[str, Any]) -> None:
+        for listener in list(self._listeners):
+            if not listener.wants(data):
+                continue
+            try:
+                listener.queue.put_nowait((event, data))
+            except asyncio.QueueFull:  # too slow: end its stream; the page reconnects
+                self._listeners.discard(listener)
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    listener.queue.get_nowait()
+                listener.queue.put_nowait(None)
+
+
+async def stream(watcher: ChangeWatcher, run_id: str | None,
+                 workflow: str | None) -> AsyncIterator[Any]:
+    """The server-sent events of one listener (a comment every 15 s keeps proxies open)."""
+    from litestar.response import ServerSentEventMessage
+
+    async with watcher.listen(run_id, workflow) as listener:
+        yield ServerSentEventMessage(comment="listening", retry=2000)
+        while True:
+            try:
+                item = await asyncio.wait_for(listener.queue.get(), 15)
+            except TimeoutError:
+                yield ServerSentEventMessage(comment="still here")
+                continue
+            if item is None:
+                return
+            event, data = item
+            yield ServerSentEventMessage(event=event, data=json.dumps(data))
