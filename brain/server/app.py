@@ -73,7 +73,7 @@ class BrainPlugin(InitPluginProtocol):
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         """Register routes, state and the start-up/shut-down hooks."""
-        from brain.server.page import PAGES
+        from brain.server.console import PAGES
         from brain.server.routes import ROUTES
 
         app_config.route_handlers.extend(ROUTES)

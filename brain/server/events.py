@@ -83,8 +83,9 @@ class ChangeWatcher:
                 listener.queue.put_nowait(None)
 
     async def _watch(self) -> None:
+        # The first look announces what is active now (and what ended in the last seconds):
+        # a page that connects mid-run learns the state it may have missed.
         since = utcnow() - timedelta(seconds=5)
-        first = True
         while self._listeners:
             look_started = utcnow()
             try:
@@ -96,28 +97,23 @@ class ChangeWatcher:
             self.looks += 1
             since = look_started - timedelta(seconds=2)  # overlap: a commit may land late
             for run, step_states in reversed(activity):
-                self._compare(run, step_states, announce=not first)
-            first = False
+                self._compare(run, step_states)
             await asyncio.sleep(LOOK_SECONDS)
 
-    def _compare(self, run: Any, step_states: dict[str, tuple[str, str, int]], *,
-                 announce: bool) -> None:
+    def _compare(self, run: Any, step_states: dict[str, tuple[str, str, int]]) -> None:
         # Steps first: a run's end is announced after the ends of its steps.
         for name, (kind, step_status, tries) in step_states.items():
             key = (run.run_id, name)
             if self._steps.get(key) != (step_status, tries):
                 self._steps[key] = (step_status, tries)
-                if announce:
-                    self._publish("step", {"run_id": run.run_id, "workflow": run.workflow,
-                                           "name": name, "kind": kind, "status": step_status,
-                                           "tries": tries})
+                self._publish("step", {"run_id": run.run_id, "workflow": run.workflow,
+                                       "name": name, "kind": kind, "status": step_status,
+                                       "tries": tries})
         status = str(run.status)
         if self._runs.get(run.run_id) != (status, run.error):
             self._runs[run.run_id] = (status, run.error)
-            if announce:
-                self._publish("run", {"run_id": run.run_id, "workflow": run.workflow,
-                                      "status": status, "error": run.error,
-                                      "retry_of": run.retry_of})
+            self._publish("run", {"run_id": run.run_id, "workflow": run.workflow,
+                                  "status": status, "error": run.error, "retry_of": run.retry_of})
         if len(self._runs) > 20_000:  # forget old runs (they were announced long ago)
             for old in list(self._runs)[:10_000]:
                 del self._runs[old]

@@ -265,13 +265,15 @@ class MemoryStore:
         return _result(self._run(await self.resolve_id(run_id)), with_steps=with_steps)
 
     async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
-                        limit: int = 20) -> list[RunResult]:
+                        limit: int = 20, event: str | None = None,
+                        offset: int = 0) -> list[RunResult]:
         """The newest runs first, without their steps."""
         runs = [r for r in self._runs.values()
                 if (not workflow or r.record.workflow == workflow)
-                and (not status or r.record.status == status)]
+                and (not status or r.record.status == status)
+                and (not event or r.record.trigger.event == event)]
         runs.sort(key=lambda r: r.record.created_at, reverse=True)
-        return [_result(r, with_steps=False) for r in runs[:limit]]
+        return [_result(r, with_steps=False) for r in runs[offset:offset + limit]]
 
     async def run_row(self, run_id: str) -> RunRecord | None:
         """The run's own record."""

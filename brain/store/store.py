@@ -376,9 +376,13 @@ class Store(RunQueue):
         return _run_result(row, step_rows)
 
     async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
-                        limit: int = 20) -> list[RunResult]:
-        """The newest runs first, without their steps."""
-        query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+                        limit: int = 20, event: str | None = None,
+                        offset: int = 0) -> list[RunResult]:
+        """The newest runs first, without their steps (``event``: only runs of that trigger
+        kind; ``offset``: skip that many, for pages)."""
+        query = select(runs).order_by(runs.c.created_at.desc()).limit(limit).offset(offset)
+        if event:
+            query = query.where(runs.c.trigger_event == event)
         if workflow:
             query = query.where(runs.c.workflow == workflow)
         if status:
