@@ -65,9 +65,7 @@ def _same_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
     """Whether a request says it comes from a page of this server itself (``Origin`` is
     this ``Host``): browsers send ``Origin`` on every POST, and a page cannot forge it."""
     origin, host = connection.headers.get("origin"), connection.headers.get("host")
-    if not origin or not host:
-        return False
-    return origin.rstrip("/").lower() in (f"http://{host}".lower(), f"https://{host}".lower())
+    return bool(origin and host and security.same_origin(origin, host))
 
 
 def _queue_full(exc: QueueFull) -> HTTPException:

@@ -55,9 +55,19 @@ def loopback_problem(host_header: str | None, origin: str | None) -> str | None:
     """
     if not host_header or not is_loopback_host(_hostname(host_header)):
         return "without BRAIN_API_TOKEN the API answers only requests to a loopback host name"
-    if origin is not None and not _is_loopback_origin(origin):
-        return "cross-site requests are refused (set BRAIN_API_TOKEN to allow other origins)"
+    if origin is not None and not (_is_loopback_origin(origin)
+                                   and same_origin(origin, host_header)):
+        # Another loopback port or *.localhost name is another origin (another local web
+        # app): it may not act here either.
+        return "cross-origin requests are refused (set BRAIN_API_TOKEN to allow other origins)"
     return None
+
+
+def same_origin(origin: str, host_header: str) -> bool:
+    """Whether ``Origin`` names this very server (the scheme and the ``Host`` it was asked
+    for): a page of this server, not of another port or name."""
+    given = origin.rstrip("/").lower()
+    return given in (f"http://{host_header}".lower(), f"https://{host_header}".lower())
 
 
 def _is_loopback_origin(origin: str) -> bool:

@@ -14,7 +14,7 @@ from litestar.testing import AsyncTestClient
 
 from brain import shell, trigger, workflow
 from brain.server import create_app
-from brain.server.security import BadHostHeader, is_loopback_host, loopback_problem
+from brain.server.security import BadHostHeader, loopback_problem
 
 TOKEN = "test-token-3f1c9a"
 
@@ -143,7 +143,10 @@ async def test_without_token_non_loopback_host_is_401(host: str) -> None:
 @pytest.mark.parametrize("origin", ["https://evil.example", "http://attacker.test:8000",
                                     "http://localhost.evil.example", "http://192.168.1.20",
                                     "null", "NULL", "file://", "chrome-extension://abc", "",
-                                    "http://[::1"])
+                                    "http://[::1",
+                                    # another origin on this machine: another local web app
+                                    "http://localhost:9999", "http://evil.localhost",
+                                    "http://127.0.0.2:80", "https://localhost:8000"])
 async def test_without_token_cross_site_origin_is_401(origin: str) -> None:
     async with client_for(host="localhost") as client:
         run_id = await queued_run(client, {})
@@ -155,31 +158,35 @@ async def test_without_token_cross_site_origin_is_401(origin: str) -> None:
         assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "queued")]
 
 
-@pytest.mark.parametrize("origin", ["http://localhost:5173", "http://127.0.0.1:8000", "http://[::1]:3000"])
-async def test_without_token_same_machine_origin_works(origin: str) -> None:
+async def test_without_token_only_the_servers_own_pages_may_act() -> None:
+    """A page of this server acts; a page of another port or name on the same machine (another
+    local web app) is another origin and cannot start runs with nobody's consent."""
     async with client_for(host="localhost") as client:
         r = await client.post("/api/workflows/guarded/runs", json={"body": "ok"},
-                              headers={"Origin": origin})
+                              headers={"Origin": "http://localhost"})
         assert r.status_code == 202, r.text
-        assert (await client.get("/api/workflows", headers={"Origin": origin})).status_code == 200
+        for other in ("http://localhost:5173", "http://127.0.0.1:8000", "http://[::1]:3000"):
+            r = await client.post("/api/workflows/guarded/runs", json={"body": "no"},
+                                  headers={"Origin": other})
+            assert_401(r, f"POST with Origin {other}")
+        assert len((await client.get("/api/runs")).json()) == 1
 
 
 @settings(max_examples=500, deadline=None)
 @given(origin=st.text(max_size=40) | st.sampled_from(["null", "http://localhost", "https://127.0.0.1:1",
-                                                     "http://[::1]:3000", "http://evil.example"])
+                                                     "http://[::1]:3000", "http://evil.example",
+                                                     "http://127.0.0.1:8000", "http://127.0.0.1:8000/",
+                                                     "HTTP://127.0.0.1:8000"])
        | st.builds(lambda scheme, host: f"{scheme}://{host}",
                    st.sampled_from(["http", "https", "file", "ftp", "null", ""]),
                    st.text(max_size=20)))
-def test_without_token_only_same_machine_http_origins_pass(origin: str) -> None:
-    """Any ``Origin`` that passes names an http(s) page on a loopback host; ``null`` and
-    everything else is refused."""
-    from urllib.parse import urlsplit
-
+def test_without_token_only_the_servers_own_origin_passes(origin: str) -> None:
+    """Any ``Origin`` that passes names this very server (http or https, the asked-for host
+    and port); ``null``, other ports, other names and everything else are refused."""
     problem = loopback_problem("127.0.0.1:8000", origin)
     if problem is None:
-        parts = urlsplit(origin.strip())
-        assert parts.scheme in ("http", "https"), origin
-        assert is_loopback_host(parts.hostname or ""), origin
+        assert origin.rstrip("/").lower() in ("http://127.0.0.1:8000", "https://127.0.0.1:8000"), \
+            origin
     assert loopback_problem("127.0.0.1:8000", None) is None
 
 
