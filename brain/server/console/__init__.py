@@ -88,8 +88,7 @@ async def workflows_page(request: Request[Any, Any, Any],
     for wf in service.workflows.values():
         last = await service.store.list_runs(workflow=wf.name, limit=1)
         rows.append({"summary": _workflow_summary(wf, service), "last": last[0] if last else None})
-    return _render("workflows.html", workflows=rows, nav="workflows",
-                   workers=len(service.workflows))
+    return _render("workflows.html", workflows=rows, nav="workflows")
 
 
 @get("/runs", include_in_schema=False)
