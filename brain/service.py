@@ -26,6 +26,7 @@ from brain.triggers.schedule import trigger_key
 
 if TYPE_CHECKING:
     from brain.runnable import Workflow
+    from brain.runner.events import StepEvent
     from brain.store import Store
 
 log = logging.getLogger("brain.service")
@@ -105,6 +106,10 @@ class BrainService:
         self._scheduler: Any = None
         self.started = False
         self._catching_up = False
+        from brain.metrics import Metrics
+
+        #: What ``GET /metrics`` shows of this service's work.
+        self.metrics = Metrics()
 
     # --- life cycle ------------------------------------------------------------
 
@@ -310,19 +315,32 @@ class BrainService:
             task = asyncio.current_task()
             assert task is not None
             self._running[run_id] = task
+            metrics = self.metrics
+            metrics.executing.inc()
             try:
                 row = await self.store.run_row(run_id)
                 wf = self.workflows.get(row.workflow) if row else None
                 if wf is None:
                     continue
-                await execute_claimed(wf, self.store, run_id, self.owner, first_start=first_start,
-                                      abandon_on_cancel=self._is_stopping)
+                if first_start:
+                    metrics.runs_started.labels(wf.name).inc()
+                result = await execute_claimed(wf, self.store, run_id, self.owner,
+                                               first_start=first_start,
+                                               abandon_on_cancel=self._is_stopping,
+                                               on_event=self._observe_step)
+                if result.status in FINISHED_RUN:
+                    metrics.runs_ended.labels(wf.name, str(result.status)).inc()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("run %s stopped by an internal error", run_id)
             finally:
+                metrics.executing.dec()
                 self._running.pop(run_id, None)
+
+    def _observe_step(self, event: StepEvent) -> None:
+        if event.status in ("succeeded", "failed") and event.seconds is not None:
+            self.metrics.step_seconds.labels(event.kind, event.status).observe(event.seconds)
 
     async def _resume_loop(self) -> None:
         """Find runs whose executor died (lease expired), now and every few seconds, and
@@ -419,6 +437,8 @@ class BrainService:
                          fire_time.isoformat())
             return
         trigger = TriggerData(event="schedule", body=fire_time.isoformat())
+        self.metrics.lateness.labels(workflow).observe(
+            max((utcnow() - fire_time).total_seconds(), 0.0))
         try:
             await self.enqueue(wf, trigger, trigger_key=key, fire_time=fire_time)
         except Exception as exc:

@@ -345,22 +345,37 @@ async def events(request: Request[Any, Any, Any], run_id: FromQuery[str | None] 
                            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
+@get("/metrics", guards=[require_api_access], include_in_schema=False)
+async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Prometheus text format (SPEC §14): runs, steps, queue, schedules, webhooks."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    service = service_of(request)
+    text = await service.metrics.exposition(service.store.count_queued)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+
 @post("/hooks/{path:path}", request_max_body_size=webhooks.MAX_BODY_BYTES, status_code=202)
 async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
                           wait: FromQuery[bool] = False) -> Response[Any]:
     """A signed delivery: committed as a queued run before the answer."""
     service = service_of(request)
+    hook = service.hooks.get(path.strip("/"))
+    counted = service.metrics.deliveries
+    shown = hook.workflow.name if hook else ""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > webhooks.MAX_BODY_BYTES:
+        counted.labels(shown, "too_large").inc()
         raise HTTPException(status_code=413, detail="body larger than 1 MiB")
     body = await request.body()
     if len(body) > webhooks.MAX_BODY_BYTES:
+        counted.labels(shown, "too_large").inc()
         raise HTTPException(status_code=413, detail="body larger than 1 MiB")
-    hook = service.hooks.get(path.strip("/"))
     headers = {k.lower(): v for k, v in request.headers.items()}
     if not webhooks.verify(hook.secret if hook else None, body, headers,
                            require_timestamp=hook.trigger.require_timestamp if hook else False) \
             or hook is None:
+        counted.labels(shown, "refused").inc()
         raise NotAuthorizedException(detail="invalid signature")
     try:
         text = body.decode("utf-8")
@@ -368,13 +383,15 @@ async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
         raise HTTPException(status_code=400, detail="the body is not UTF-8 text") from None
     trigger = TriggerData(event="webhook", body=text, headers=webhooks.stored_headers(headers))
     try:
-        run_id, _ = await service.enqueue(hook.workflow, trigger, trigger_key="webhook",
-                                          delivery_id=webhooks.delivery_id(headers))
+        run_id, created = await service.enqueue(hook.workflow, trigger, trigger_key="webhook",
+                                                delivery_id=webhooks.delivery_id(headers))
     except QueueFull as exc:
+        counted.labels(shown, "throttled").inc()
         raise _queue_full(exc) from None
     assert run_id is not None
+    counted.labels(shown, "accepted" if created else "duplicate").inc()
     return await _answer(service, run_id, wait, hook.trigger.wait_seconds)
 
 
 ROUTES = [health, list_workflows, get_workflow, start_run, list_runs, get_run, cancel_run,
-          retry_run, events, receive_webhook]
+          retry_run, events, metrics, receive_webhook]
