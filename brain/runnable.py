@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 class Workflow:
     """A traced workflow. Call it to run it: ``result = wf(trigger={"body": "..."})``."""
 
-    def __init__(self, fn: Callable[[], Any], spec: WorkflowSpec) -> None:
+    def __init__(self, fn: Callable[[], Any], spec: WorkflowSpec,
+                 failure_handlers: Sequence[Workflow] = ()) -> None:
         self.fn = fn
         self.spec = spec
         self.name = spec.name
@@ -39,6 +40,8 @@ class Workflow:
         #: The service executing this workflow in this process, if any (it sets this when it
         #: starts serving the workflow): where :meth:`enqueue` sends runs.
         self.served_by: Any = None
+        #: ``on_failure=``: workflows queued, in the same transaction, when a run fails.
+        self.failure_handlers: tuple[Workflow, ...] = tuple(failure_handlers)
 
     def __repr__(self) -> str:
         return f"<Workflow {self.name!r}: {len(self.spec.steps)} steps>"
@@ -112,13 +115,13 @@ def workflow(fn: Callable[[], Any], /) -> Workflow: ...
 
 @overload
 def workflow(*, name: str | None = None, triggers: Sequence[TriggerSpec] = (),
-             description: str | None = None,
-             max_concurrent_runs: int | None = None) -> Callable[[Callable[[], Any]], Workflow]: ...
+             description: str | None = None, max_concurrent_runs: int | None = None,
+             on_failure: Sequence[Workflow] = ()) -> Callable[[Callable[[], Any]], Workflow]: ...
 
 
 def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
              triggers: Sequence[TriggerSpec] = (), description: str | None = None,
-             max_concurrent_runs: int | None = None) -> Any:
+             max_concurrent_runs: int | None = None, on_failure: Sequence[Workflow] = ()) -> Any:
     """Trace a plain function into a workflow, once, when it is decorated.
 
     >>> @workflow                                  # doctest: +SKIP
@@ -127,7 +130,20 @@ def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
     ...     shell("greet", argv=["echo", f"hello {who}"])
     >>> hello().succeeded                          # doctest: +SKIP
     True
+
+    ``on_failure=[other, ...]``: when a run finally fails, a run of each of these
+    workflows is queued in the same transaction, with ``trigger.event ==
+    "failure"`` and the failed run as a JSON body (``run_id``, ``workflow``,
+    ``error``, ``failed_step``, ``failed_step_error``).
     """
+
+    given: Any = on_failure
+    handlers: list[Workflow] = list(given) if isinstance(given, (list, tuple)) else [given]
+    for handler in handlers:
+        if not isinstance(handler, Workflow):
+            raise WorkflowDefinitionError(
+                f"workflow {name or getattr(fn, '__name__', '?')!r}: on_failure takes "
+                f"workflows (decorated with @workflow), not {type(handler).__name__}")
 
     def decorate(f: Callable[[], Any]) -> Workflow:
         spec = trace_workflow(f, name or f.__name__, list(triggers), description,
@@ -138,7 +154,7 @@ def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
         declare_secret_names(names)
         for literal in literals:
             remember(literal)
-        return Workflow(f, spec)
+        return Workflow(f, spec, handlers)
 
     if fn is not None:
         return decorate(fn)

@@ -14,7 +14,12 @@ from brain._errors import WORKFLOW_CHANGED, LeaseLost, StoreError
 from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData
-from brain.runner.engine import RunExecution, RunnableWorkflow, remember_known_secrets
+from brain.runner.engine import (
+    RunExecution,
+    RunnableWorkflow,
+    failure_runs,
+    remember_known_secrets,
+)
 from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
 from brain.store.base import RunStore
@@ -169,7 +174,9 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
             await store.steps_ended(run_id, [n for n, (status, _) in states.items()
                                              if status != StepStatus.SUCCEEDED.value],
                                     StepStatus.SKIPPED, error=WORKFLOW_CHANGED, owner=owner)
-            await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED, owner=owner)
+            await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED, owner=owner,
+                                   then_queue=failure_runs(wf, row.trigger, run_id,
+                                                           WORKFLOW_CHANGED, None, None))
         except LeaseLost:
             pass  # another executor has it now
         return await store.get_run(run_id)

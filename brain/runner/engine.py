@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +37,7 @@ from brain.executors.base import PreparedStep, StepOutput
 from brain.placeholders import Ref, render
 from brain.results import RunStatus, StepStatus, TriggerData, base_name, clean_text
 from brain.runner.events import EventHandler, StepEvent
+from brain.store.base import QueuedRun
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -339,7 +341,10 @@ class RunExecution:
                 await self.store.end_unfinished_steps(self.run_id, pending=StepStatus.SKIPPED,
                                                       error=f"cancelled because {reason}",
                                                       owner=owner)
-            await self.store.finish_run(self.run_id, RunStatus.FAILED, reason, owner=owner)
+            await self.store.finish_run(
+                self.run_id, RunStatus.FAILED, reason, owner=owner,
+                then_queue=failure_runs(self.wf, self.trigger, self.run_id, reason,
+                                        failure.name, failure.error))
             self._emit_all(stopped, "cancelled")
             self._emit_all(not_started, "skipped")
             return RunStatus.FAILED
@@ -358,7 +363,10 @@ class RunExecution:
             reason = f"internal error: steps {', '.join(map(repr, missing))} never finished"
             await self.store.steps_ended(self.run_id, missing, StepStatus.FAILED, error=reason,
                                          owner=owner)
-            await self.store.finish_run(self.run_id, RunStatus.FAILED, reason, owner=owner)
+            await self.store.finish_run(
+                self.run_id, RunStatus.FAILED, reason, owner=owner,
+                then_queue=failure_runs(self.wf, self.trigger, self.run_id, reason, missing[0],
+                                        reason))
             return RunStatus.FAILED
         await self.store.finish_run(self.run_id, RunStatus.SUCCEEDED, owner=owner)
         return RunStatus.SUCCEEDED
@@ -724,6 +732,22 @@ def remember_known_secrets(wf: RunnableWorkflow) -> frozenset[str]:
     protected = declared_secret_names()
     remember_environment(protected | {"LLM_API_KEY", "BRAIN_API_TOKEN", "THE_BRAIN_API_TOKEN"})
     return protected
+
+
+def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error: str,
+                 step: str | None, step_error: str | None) -> list[QueuedRun]:
+    """The runs of ``wf``'s failure handlers (``@workflow(on_failure=[...])``) to queue with
+    its failure: each gets the failed run as a JSON body and ``trigger.event ==
+    "failure"``. A run that itself handles a failure triggers nothing further."""
+    handlers: Iterable[RunnableWorkflow] = getattr(wf, "failure_handlers", ())
+    if trigger.event == "failure":
+        return []
+    body = json.dumps({"run_id": run_id, "workflow": wf.name, "error": error,
+                       "failed_step": step, "failed_step_error": step_error},
+                      ensure_ascii=False)
+    return [QueuedRun(run_id=uuid.uuid4().hex, workflow=h.name, definition_hash=h.definition_hash,
+                      trigger=TriggerData(event="failure", body=body),
+                      step_rows=[(s.name, s.kind) for s in h.spec.steps]) for h in handlers]
 
 
 def _not_a_condition(condition: Condition, value: str) -> str:

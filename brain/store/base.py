@@ -34,6 +34,17 @@ class RunRecord:
     lease_expires_at: datetime | None
 
 
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run to queue together with another write (a failure handler's, SPEC §14)."""
+
+    run_id: str
+    workflow: str
+    definition_hash: str
+    trigger: TriggerData
+    step_rows: Sequence[tuple[str, str]]
+
+
 def stored_trigger(trigger: TriggerData) -> TriggerData:
     """The trigger as every store records it: any secret value the process knows scrubbed
     from its body, path and header values."""
@@ -91,7 +102,8 @@ class RunStore(Protocol):
                           owner: str | None = None) -> None: ...
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
-                         owner: str | None = None) -> datetime: ...
+                         owner: str | None = None,
+                         then_queue: Sequence[QueuedRun] = ()) -> datetime: ...
 
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]: ...
 

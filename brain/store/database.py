@@ -305,6 +305,21 @@ class Database:
                                                   write=True)
         return written
 
+    async def _atomically(self, job: Callable[[Connection], Any]) -> Any:
+        """Run ``job(connection)`` (synchronous SQLAlchemy) in one transaction on either
+        database: the SQLite writer's, or a pooled PostgreSQL connection's. What it raises
+        rolls everything back."""
+        if self._writer is not None:
+            return await self._writer.run(job, write=True)
+        if self._engine is None:
+            raise StoreError("the store is not open: use `async with store:` or `await store.open()`")
+        engine = self._engine
+
+        async def go() -> Any:
+            async with engine.begin() as conn:
+                return await conn.run_sync(job)
+        return await _shielded(_retrying(go))
+
     async def _write(self, job: Callable[[Connection], Any]) -> Any:
         """Run ``job(connection)`` in the SQLite writer's next transaction (SQLite only)."""
         if self._writer is None:

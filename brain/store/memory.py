@@ -25,7 +25,7 @@ from brain.results import (
     clean_text,
     step_order,
 )
-from brain.store.base import RunRecord, stored_trigger
+from brain.store.base import QueuedRun, RunRecord, stored_trigger
 
 
 @dataclass
@@ -207,12 +207,17 @@ class MemoryStore:
             step.status, step.ended_at, step.output, step.error = StepStatus.PENDING.value, None, None, None
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
-                         owner: str | None = None) -> datetime:
-        """Record the run's end and release its lease."""
+                         owner: str | None = None,
+                         then_queue: Sequence[QueuedRun] = ()) -> datetime:
+        """Record the run's end and release its lease; queue ``then_queue`` with it."""
         now = utcnow()
         self._set(self._leased(run_id, owner), status=status.value, error=clean_text(error),
                   ended_at=now,
                   lease_owner=None, lease_expires_at=None)
+        for queued in then_queue:
+            await self.create_run(run_id=queued.run_id, workflow=queued.workflow,
+                                  definition_hash=queued.definition_hash, trigger=queued.trigger,
+                                  step_rows=queued.step_rows)
         return now
 
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:

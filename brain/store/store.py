@@ -26,7 +26,7 @@ from brain.results import (
     clean_text,
     step_order,
 )
-from brain.store.base import RunRecord, stored_trigger
+from brain.store.base import QueuedRun, RunRecord, stored_trigger
 from brain.store.database import lease_clock
 from brain.store.errors import database_problem
 from brain.store.queue import RunQueue
@@ -225,15 +225,33 @@ class Store(RunQueue):
             status=StepStatus.PENDING.value, ended_at=None, output=None, error=None)), owner)
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
-                         owner: str | None = None) -> datetime:
-        """Record the run's end and release its lease (only ``owner``'s, when given)."""
+                         owner: str | None = None,
+                         then_queue: Sequence[QueuedRun] = ()) -> datetime:
+        """Record the run's end and release its lease (only ``owner``'s, when given).
+
+        ``then_queue`` (failure handlers) are queued in the same transaction: never one
+        without the other, and never twice.
+        """
         now = utcnow()
         query = update(runs).where(runs.c.id == run_id)
         if owner is not None:
             query = query.where(runs.c.lease_owner == owner)
-        _check_lease(await self._one(query.values(
-            status=status.value, error=clean_text(error), ended_at=now,
-            lease_owner=None, lease_expires_at=None)), owner)
+        query = query.values(status=status.value, error=clean_text(error), ended_at=now,
+                             lease_owner=None, lease_expires_at=None)
+        if not then_queue:
+            _check_lease(await self._one(query), owner)
+            return now
+        queued = [_queued_rows(q, now) for q in then_queue]
+
+        def job(conn: Any) -> None:
+            if not conn.execute(query).rowcount and owner is not None:
+                raise LeaseLost("this executor no longer holds the run's lease")
+            for run_row, step_values in queued:
+                conn.execute(insert(runs), run_row)
+                if step_values:
+                    conn.execute(insert(steps), step_values)
+
+        await self._atomically(job)
         return now
 
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
@@ -487,6 +505,20 @@ def _check_lease(result: Any, owner: str | None) -> None:
 def _trigger(row: Row[Any]) -> TriggerData:
     return TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
                        headers=json.loads(row.trigger_headers or "{}"))
+
+
+def _queued_rows(queued: QueuedRun, now: datetime) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows of a run to queue: the run's, and its pending steps'."""
+    trigger = stored_trigger(queued.trigger)
+    run_row = dict(id=queued.run_id, workflow=queued.workflow,
+                   definition_hash=queued.definition_hash, status=RunStatus.QUEUED.value,
+                   trigger_event=trigger.event, trigger_body=trigger.body,
+                   trigger_path=trigger.path, trigger_headers=json.dumps(trigger.headers),
+                   created_at=now, cancel_requested=False, trigger_key=trigger.event)
+    step_values = [dict(run_id=queued.run_id, name=name, position=i, kind=kind,
+                        status=StepStatus.PENDING.value, tries=0)
+                   for i, (name, kind) in enumerate(queued.step_rows)]
+    return run_row, step_values
 
 
 def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:

@@ -44,9 +44,12 @@ class MockCall:
 
 
 class MockedRunResult(RunResult):
-    """A :class:`RunResult` plus ``calls``: each mocked step's calls, tries included."""
+    """A :class:`RunResult` plus ``calls`` (each mocked step's calls, tries included) and
+    ``failure_runs`` (the runs of ``on_failure`` workflows the run's failure queued; they
+    are queued, not run)."""
 
     calls: dict[str, list[MockCall]] = Field(default_factory=dict)
+    failure_runs: list[RunResult] = Field(default_factory=list)
 
 
 @dataclass
@@ -142,10 +145,23 @@ async def arun_workflow(wf: Workflow, trigger: object = None, *,
     try:
         result = await run_workflow_now(wf, trigger, store=st, executors=executors,
                                         previous_outputs=None if previous is None else dict(previous))
+        queued = [r for r in await st.list_runs(status="queued", event="failure", limit=1000)
+                  if _failed_run_of(r) == result.run_id]
     finally:
         if own:
             await st.close()
-    return MockedRunResult(**dict(result), calls=mocking.calls)
+    return MockedRunResult(**dict(result), calls=mocking.calls, failure_runs=queued)
+
+
+def _failed_run_of(handler_run: RunResult) -> str | None:
+    """The id of the failed run a failure handler's run is about."""
+    import json
+
+    try:
+        data = json.loads(handler_run.trigger.body)
+    except ValueError:
+        return None
+    return data.get("run_id") if isinstance(data, dict) else None
 
 
 def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mock] | None = None,
