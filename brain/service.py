@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("brain.service")
 IDLE_POLL_SECONDS = 1.0
 EXPIRED_SCAN_SECONDS = 5.0
+#: How often an executor process writes its heartbeat row (``brain workers``).
+WORKER_BEAT_SECONDS = 5.0
 
 
 def _env_int(name: str, default: int) -> int:
@@ -80,7 +82,7 @@ class BrainService:
 
     def __init__(self, workflows: Mapping[str, Workflow], *, store: Store | None = None,
                  concurrency: int | None = None, max_queued: int | None = None,
-                 execute: bool = True, triggers: bool = True) -> None:
+                 execute: bool = True, triggers: bool = True, kind: str = "serve") -> None:
         from brain.runner import new_owner
         from brain.store import Store
 
@@ -106,6 +108,9 @@ class BrainService:
         self._scheduler: Any = None
         self.started = False
         self._catching_up = False
+        #: ``serve`` or ``worker``: how ``brain workers`` shows this process.
+        self.kind = kind
+        self.started_at = utcnow()
         from brain.metrics import Metrics
 
         #: What ``GET /metrics`` shows of this service's work.
@@ -146,6 +151,7 @@ class BrainService:
             for i in range(self.concurrency):
                 self._tasks.append(asyncio.create_task(self._worker(), name=f"brain-executor-{i}"))
             self._tasks.append(asyncio.create_task(self._resume_loop(), name="brain-resume"))
+            self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="brain-heartbeat"))
         if self.triggers:
             await self._start_triggers()
         self.started = True
@@ -206,6 +212,9 @@ class BrainService:
         for run_id in left:  # whoever serves next resumes them at once
             with contextlib.suppress(Exception):
                 await self.store.expire_lease(run_id, self.owner)
+        if self.execute:
+            with contextlib.suppress(Exception):
+                await self.store.forget_worker(self.owner)
         await self.store.close()
 
     # --- creating runs ------------------------------------------------------------
@@ -341,6 +350,22 @@ class BrainService:
     def _observe_step(self, event: StepEvent) -> None:
         if event.status in ("succeeded", "failed") and event.seconds is not None:
             self.metrics.step_seconds.labels(event.kind, event.status).observe(event.seconds)
+
+    async def _heartbeat_loop(self) -> None:
+        """Tell the database this executor is alive, every few seconds (``brain workers``)."""
+        import os
+        import socket
+
+        while not self._stopping:
+            try:
+                await self.store.worker_heartbeat(
+                    self.owner, host=socket.gethostname(), pid=os.getpid(), kind=self.kind,
+                    started_at=self.started_at, executing=len(self._running))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a busy database: the next beat will do
+                log.debug("worker heartbeat not written: %s", exc)
+            await asyncio.sleep(WORKER_BEAT_SECONDS)
 
     async def _resume_loop(self) -> None:
         """Find runs whose executor died (lease expired), now and every few seconds, and

@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="ask a run to stop")
     p.add_argument("run_id", metavar="RUN_ID")
 
+    p = sub.add_parser("workers", help="the executor processes sharing the database")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("retry", help="queue a failed or cancelled run again: steps that "
                                      "succeeded keep their outputs, the others run")
     p.add_argument("run_id", metavar="RUN_ID")

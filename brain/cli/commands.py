@@ -208,6 +208,25 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_workers(args: argparse.Namespace) -> int:
+    from brain.runner import lease_seconds
+    from brain.workers import describe_workers
+
+    rows = describe_workers(_in_store(lambda store: store.list_workers()), lease_seconds())
+    if args.json:
+        render.write_stdout(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not rows:
+        render.ok("no executor process has written a heartbeat (none is running)")
+        return 0
+    for w in rows:
+        state = "LOST" if w["lost"] else "alive"
+        render.write_stdout(f"{w['kind']:<6} {w['host']}:{w['pid']:<8} {state:<5} "
+                            f"executing {w['executing']:<3} last heartbeat "
+                            f"{w['silent_seconds']:.0f}s ago  started {w['started_at'][:19]}\n")
+    return 0
+
+
 def cmd_retry(args: argparse.Namespace) -> int:
     from brain._errors import RunConflict
 
@@ -275,6 +294,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
-    "cancel": cmd_cancel, "retry": cmd_retry, "prune": cmd_prune, "db": cmd_db, "mcp": cmd_mcp,
+    "cancel": cmd_cancel, "retry": cmd_retry, "workers": cmd_workers, "prune": cmd_prune,
+    "db": cmd_db, "mcp": cmd_mcp,
     "serve": cmd_serve, "worker": cmd_worker,
 }

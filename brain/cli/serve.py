@@ -345,7 +345,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     workflows = _load(args.paths)
 
     async def go() -> None:
-        service = BrainService(workflows, concurrency=args.concurrency,  # type: ignore[arg-type]
+        service = BrainService(workflows, kind="worker",  # type: ignore[arg-type]
+                               concurrency=args.concurrency,
                                triggers=False)
         await service.preflight()
         await service.start()

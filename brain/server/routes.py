@@ -345,6 +345,17 @@ async def events(request: Request[Any, Any, Any], run_id: FromQuery[str | None] 
                            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
+@get("/api/workers", guards=[require_api_access])
+async def list_workers(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    """The executor processes sharing the database (``brain serve``, ``brain worker``); one
+    silent for longer than a lease is ``lost``."""
+    from brain.runner import lease_seconds
+    from brain.workers import describe_workers
+
+    rows = await service_of(request).store.list_workers()
+    return describe_workers(rows, lease_seconds())
+
+
 @get("/metrics", guards=[require_api_access], include_in_schema=False)
 async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Prometheus text format (SPEC §14): runs, steps, queue, schedules, webhooks."""
@@ -394,4 +405,4 @@ async def receive_webhook(request: Request[Any, Any, Any], path: FromPath[str],
 
 
 ROUTES = [health, list_workflows, get_workflow, start_run, list_runs, get_run, cancel_run,
-          retry_run, events, metrics, receive_webhook]
+          retry_run, events, list_workers, metrics, receive_webhook]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from brain._clock import utcnow
@@ -19,7 +19,7 @@ from brain._errors import StoreError
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.store.base import stored_trigger
 from brain.store.database import Database, lease_clock
-from brain.store.tables import fires, runs, steps
+from brain.store.tables import fires, runs, steps, workers
 
 _ACTIVE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 
@@ -179,3 +179,29 @@ class RunQueue(Database):
                                            runs.c.status == RunStatus.RUNNING.value)
                         .values(lease_expires_at=lease_clock(self.dialect)
                                 - timedelta(seconds=1)))
+
+    # --- workers ------------------------------------------------------------------
+
+    async def worker_heartbeat(self, worker_id: str, *, host: str, pid: int, kind: str,
+                               started_at: datetime, executing: int) -> None:
+        """Say this executor process is alive (its row is created on the first beat)."""
+        now = utcnow()
+        beat = update(workers).where(workers.c.id == worker_id).values(
+            heartbeat_at=now, executing=executing)
+        row = dict(id=worker_id, host=host, pid=pid, kind=kind, started_at=started_at,
+                   heartbeat_at=now, executing=executing)
+
+        def job(conn: Any) -> None:
+            if not conn.execute(beat).rowcount:
+                conn.execute(insert(workers), row)
+
+        await self._atomically(job)
+
+    async def forget_worker(self, worker_id: str) -> None:
+        """Remove a worker's row (it stopped cleanly)."""
+        await self._one(delete(workers).where(workers.c.id == worker_id))
+
+    async def list_workers(self) -> list[dict[str, Any]]:
+        """Every executor process that has a row, most recent heartbeat first."""
+        rows = await self._rows(select(workers).order_by(workers.c.heartbeat_at.desc()))
+        return [dict(r._mapping) for r in rows]

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision this code expects; a test checks it is the migrations' head.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 
 metadata = MetaData()
 
@@ -101,4 +101,16 @@ steps = Table(
     Column("stderr", StoredText),
     Column("started_at", UTCDateTime),
     Column("ended_at", UTCDateTime),
+)
+
+# One row per executor process (brain serve, brain worker), renewed by its heartbeat.
+workers = Table(
+    "brain_workers", metadata,
+    Column("id", String(200), primary_key=True),
+    Column("host", String(200), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("heartbeat_at", UTCDateTime, nullable=False),
+    Column("executing", Integer, nullable=False),
 )
