@@ -30,7 +30,7 @@ from brain.store.base import QueuedRun, RunRecord, stored_trigger
 from brain.store.database import lease_clock
 from brain.store.errors import database_problem
 from brain.store.queue import RunQueue
-from brain.store.tables import fires, runs, steps
+from brain.store.tables import fires, runs, steps, workers
 from brain.store.urls import default_url, redact_url
 
 __all__ = ["Store", "database_problem", "default_url", "lease_clock", "redact_url", "utcnow"]
@@ -350,9 +350,9 @@ class Store(RunQueue):
         return new_id
 
     async def prune(self, finished_before: datetime) -> int:
-        """Delete finished runs that ended before ``finished_before``, and schedule fire
+        """Delete finished runs that ended before ``finished_before``, schedule fire
         records claimed before it (each trigger's latest is kept: catch-up counts from
-        it); return how many runs."""
+        it) and the rows of workers silent since; return how many runs."""
         ids = select(runs.c.id).where(runs.c.status.in_(_FINISHED),
                                       runs.c.ended_at < finished_before)
         newer = fires.alias("newer")
@@ -363,7 +363,8 @@ class Store(RunQueue):
             (delete(fires).where(fires.c.fire_time < finished_before,
                                  exists().where(newer.c.workflow == fires.c.workflow,
                                                 newer.c.trigger_key == fires.c.trigger_key,
-                                                newer.c.fire_time > fires.c.fire_time)), None)])
+                                                newer.c.fire_time > fires.c.fire_time)), None),
+            (delete(workers).where(workers.c.heartbeat_at < finished_before), None)])
         return int(counts[1] or 0)
 
     # --- reading ------------------------------------------------------------
