@@ -133,17 +133,30 @@ class NotNode(_Lazy):
 
 
 class EachNode(_Lazy):
-    """The current element of a ``for_each`` block: ``{each.NAME}``."""
+    """The current element of a ``for_each`` block: ``{each.NAME}``, valid only inside
+    the block that made it (block ``index``)."""
 
-    __slots__ = ("_item",)
+    __slots__ = ("_block", "_item")
 
     _item: str
+    _block: int
 
-    def __init__(self, item: str) -> None:
+    def __init__(self, item: str, block: int = -1) -> None:
         object.__setattr__(self, "_item", item)
+        object.__setattr__(self, "_block", block)
 
     def _placeholder(self) -> str:
+        from brain.dsl.tracing import current_tracer
+
+        tracer = current_tracer()
+        if tracer is not None and (tracer.group is None or tracer.group.index != self._block):
+            raise WorkflowDefinitionError(
+                f"{self._where()}: the element of a for_each block is used outside that block")
         return "{each." + self._item + "}"
+
+    def __invert__(self) -> NoReturn:  # type: ignore[misc]
+        raise WorkflowDefinitionError(
+            f"{self._where()}: ~ negates a step's output for when(); an element is not one")
 
     def _where(self) -> str:
         return f"for_each element {self._item!r}"

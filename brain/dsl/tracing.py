@@ -337,7 +337,7 @@ def for_each(items: object, *, max_parallel: int = 4, name: str = "item") -> Ite
                                  f"returns a list")
     tracer.group = spec
     try:
-        yield EachNode(name)
+        yield EachNode(name, index)
     finally:
         block = tracer.group
         tracer.group = None

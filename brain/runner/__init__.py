@@ -168,6 +168,16 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     lease = lease_seconds()
     row = await store.run_row(run_id)
     assert row is not None
+    if row.cancel_requested:
+        # Cancelled while nobody executed it (its executor froze or died): it ends here,
+        # and none of its steps starts again.
+        try:
+            await store.end_unfinished_steps(run_id, pending=StepStatus.CANCELLED,
+                                             error="cancelled", owner=owner)
+            await store.finish_run(run_id, RunStatus.CANCELLED, "cancelled", owner=owner)
+        except LeaseLost:
+            pass
+        return await store.get_run(run_id)
     if row.definition_hash != wf.definition_hash or row.workflow != wf.name:
         states = await store.step_states(run_id)
         try:
@@ -183,16 +193,6 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     trigger = row.trigger
     previous = row.previous_run_id
     states = await store.step_states(run_id)
-    if row.cancel_requested:
-        # Cancelled while nobody executed it (its executor froze or died): it ends here,
-        # and none of its steps starts again.
-        try:
-            await store.end_unfinished_steps(run_id, pending=StepStatus.CANCELLED,
-                                             error="cancelled", owner=owner)
-            await store.finish_run(run_id, RunStatus.CANCELLED, "cancelled", owner=owner)
-        except LeaseLost:
-            pass
-        return await store.get_run(run_id)
     outputs = await store.step_outputs(run_id)
     unfinished = [n for n, (status, _) in states.items() if status != StepStatus.SUCCEEDED.value]
     # No step has started yet (an executor died between taking the run and recording which
@@ -206,7 +206,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
 
         kill_run_processes(run_id)
     try:
-        if previous is None and (first_start or never_started) and \
+        # A retry keeps its original's choice, even "none" (its succeeded steps used it).
+        if previous is None and row.retry_of is None and (first_start or never_started) and \
                 any(s.previous_refs for s in wf.spec.steps):
             previous = await store.latest_succeeded_run(wf.name, utcnow())
             await store.set_previous_run(run_id, previous, owner=owner)

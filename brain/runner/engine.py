@@ -368,6 +368,11 @@ class RunExecution:
                 then_queue=failure_runs(self.wf, self.trigger, self.run_id, reason, missing[0],
                                         reason))
             return RunStatus.FAILED
+        if self.wf.spec.groups:
+            # Instances a resume or a retry put back to pending inside a block that had
+            # already finished (they were skipped there): they stay skipped.
+            await self.store.end_unfinished_steps(self.run_id, pending=StepStatus.SKIPPED,
+                                                  owner=owner)
         await self.store.finish_run(self.run_id, RunStatus.SUCCEEDED, owner=owner)
         return RunStatus.SUCCEEDED
 
@@ -579,18 +584,26 @@ class RunExecution:
         # Conditions around the whole block, and the list it loops over, decide it as one.
         around = set.intersection(*(set(m.when) for m in members))
         outside = [c for c in around if c.step not in group.steps]
-        needs = [c.step for c in outside] + ([group.items_step] if group.items_step else [])
-        for need in needs:
-            if need in self.skipped:
-                return await self._skip(list(group.steps), f"{{{need}}} was skipped")
+        if group.items_step in self.skipped:
+            return await self._skip(list(group.steps), f"{{{group.items_step}}} was skipped")
         for condition in outside:
             holds = _holds(self.outputs[condition.step])
             if holds is None:  # fails the block once, not each instance
                 return await self._fail_block(group, _not_a_condition(
                     condition, self.outputs[condition.step]))
-            if holds == condition.negated:
-                return await self._skip(list(group.steps), f"condition {condition.describe()} "
-                                                           f"is {'true' if holds else 'false'}")
+        # A step of the block that needs something outside it that was skipped, or whose
+        # condition outside the block does not hold, is skipped as a whole (its own row
+        # too, so what reads it after the block is skipped in turn); so are the steps of
+        # the block that read it.
+        skipped_members: dict[str, str] = {}
+        for member in members:
+            reason = self._outside_skip(member, group, skipped_members)
+            if reason is not None:
+                skipped_members[member.name] = reason
+        if len(skipped_members) == len(members):
+            for member in members:
+                await self._skip([member.name], skipped_members[member.name])
+            return _Outcome(group.steps[0], True)
         items = self._items(group)
         if isinstance(items, str):
             return await self._fail_block(group, items)
@@ -634,6 +647,9 @@ class RunExecution:
             await asyncio.gather(*tasks, return_exceptions=True)
         ended = utcnow()
         for member in members:
+            if member.name in skipped_members:
+                await self._skip([member.name], skipped_members[member.name])
+                continue
             values = [None if f"{member.name}[{i}]" in self.skipped
                       else self.outputs.get(f"{member.name}[{i}]") for i in range(count)]
             output = json.dumps(values, ensure_ascii=False, separators=(",", ":"))
@@ -643,6 +659,22 @@ class RunExecution:
             self.outputs[member.name] = output
             self._emit(StepEvent(self.run_id, member.name, member.kind, "succeeded", 1))
         return _Outcome(group.steps[0], True)
+
+    def _outside_skip(self, member: StepSpec, group: ForEachSpec,
+                      skipped_members: Mapping[str, str]) -> str | None:
+        """Why a step of a block is skipped as a whole, before it runs: a step it needs was
+        skipped (outside the block, or a step of the block skipped as a whole), or one of
+        its conditions outside the block does not hold; else ``None``."""
+        for need in [*member.refs, *(c.step for c in member.when)]:
+            if need in skipped_members or (need not in group.steps and need in self.skipped):
+                return f"{{{need}}} was skipped"
+        for condition in member.when:
+            if condition.step in group.steps:
+                continue
+            holds = _holds(self.outputs[condition.step])
+            if holds is not None and holds == condition.negated:
+                return f"condition {condition.describe()} is {'true' if holds else 'false'}"
+        return None
 
     def _spec(self, name: str) -> StepSpec:
         return next(s for s in self.wf.spec.steps if s.name == name)

@@ -32,6 +32,8 @@ class RunRecord:
     cancel_requested: bool
     lease_owner: str | None
     lease_expires_at: datetime | None
+    #: The run this one retries, if any.
+    retry_of: str | None = None
 
 
 @dataclass(frozen=True)

@@ -419,7 +419,7 @@ class Store(RunQueue):
                          previous_run_id=r.previous_run_id, created_at=r.created_at,
                          started_at=r.started_at, ended_at=r.ended_at,
                          cancel_requested=bool(r.cancel_requested), lease_owner=r.lease_owner,
-                         lease_expires_at=r.lease_expires_at)
+                         lease_expires_at=r.lease_expires_at, retry_of=r.retry_of)
 
     async def latest_succeeded_run(self, workflow: str, before: datetime) -> str | None:
         """The id of ``workflow``'s latest succeeded run that ended before ``before``."""
@@ -444,12 +444,14 @@ class Store(RunQueue):
 
     async def recent_activity(self, ended_after: datetime,
                               limit: int = 500) -> list[tuple[RunResult, dict[str, tuple[str, str, int]]]]:
-        """Runs queued or running now, and those that ended after ``ended_after`` (newest
-        first, at most ``limit``), each with ``{step: (kind, status, tries)}``: what a
-        watcher of changes compares from one look to the next (two queries)."""
-        found = await self._rows(
-            select(runs).where(or_(runs.c.status.in_([RunStatus.QUEUED.value,
-                                                      RunStatus.RUNNING.value]),
+        """Runs running now, the newest ``limit`` queued or ended after ``ended_after``,
+        each with ``{step: (kind, status, tries)}``: what a watcher of changes compares
+        from one look to the next (three queries)."""
+        # Every running run (executors take the oldest first, so a long queue must not
+        # push them out), then the newest queued and recently ended ones.
+        found = await self._rows(select(runs).where(runs.c.status == RunStatus.RUNNING.value))
+        found += await self._rows(
+            select(runs).where(or_(runs.c.status == RunStatus.QUEUED.value,
                                    runs.c.ended_at > ended_after))
             .order_by(runs.c.created_at.desc()).limit(limit))
         if not found:

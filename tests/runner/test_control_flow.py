@@ -539,3 +539,78 @@ def test_the_graph_shows_conditions_and_blocks(tmp_path: Path, brain_cmd: list[s
     assert out.returncode == 0, out.stderr
     assert 'subgraph g0["for_each [2 items], 3 at a time"]' in out.stdout
     assert "s_flag -. when .-> s_each" in out.stdout
+
+
+# --- found by the review -----------------------------------------------------------------
+
+
+def test_a_retry_of_a_run_with_skipped_instances_ends_with_every_row_final(
+        tmp_path: Path) -> None:
+    from brain.runner import execute_run
+
+    fixed = tmp_path / "fixed"
+
+    @step
+    def even(n: int) -> bool:
+        return n % 2 == 0
+
+    @workflow(name="retry_skipped")
+    def retry_skipped():
+        with for_each(count_to(3)) as n:
+            shell("cmd", argv=["echo", f"{n}"], when=even(n))
+        shell("last", command=f"test -e {fixed} && echo {{previous.last}}-done")
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+
+    async def go() -> Any:
+        async with Store(url) as store:
+            first = await retry_skipped.arun(store=store)
+            assert first.status == RunStatus.FAILED
+            assert first.steps["cmd[1]"].status == StepStatus.SKIPPED
+            fixed.touch()
+            ok = await retry_skipped.arun(store=store)  # a succeeded run the retry must ignore
+            assert ok.steps["last"].output == "-done"
+            retry_id = await store.retry_run(first.run_id,
+                                             definition_hash=retry_skipped.definition_hash)
+            return await execute_run(retry_skipped, store, retry_id)
+
+    again = asyncio.run(go())
+    assert again.status == RunStatus.SUCCEEDED, again.error
+    assert {s.status for s in again.steps.values()} <= {StepStatus.SUCCEEDED, StepStatus.SKIPPED}
+    assert again.steps["cmd[1]"].status == StepStatus.SKIPPED
+    # the original chose no previous run: its retry reads none either
+    assert again.steps["last"].output == "-done"
+
+
+def test_a_skipped_step_outside_a_block_skips_the_block_steps_that_read_it(db_url: str) -> None:
+    @workflow(name="outside_skip")
+    def outside_skip():
+        no = says("false")
+        gone = shell("gone", argv=["echo", "gone"], when=no)
+        with for_each(count_to(2)) as n:
+            reads = shell("reads", argv=["echo", f"{gone}-{n}"])
+            shell("own", argv=["echo", f"{n}"])
+        shell("after", argv=["echo", f"got {reads}"])
+
+    r = outside_skip.run(store=db_url)
+    assert r.status == RunStatus.SUCCEEDED, r.error
+    assert r.steps["reads"].status == StepStatus.SKIPPED
+    assert r.steps["reads"].error == "{gone} was skipped"
+    assert r.steps["after"].status == StepStatus.SKIPPED
+    assert r.steps["own"].status == StepStatus.SUCCEEDED
+    assert r.steps["own"].output == '["0","1"]'
+
+
+def test_an_element_is_only_for_its_own_block() -> None:
+    def negated() -> None:
+        with for_each([1, 2]) as n:
+            shell("a", argv=["echo"], when=~n)
+
+    def stale() -> None:
+        with for_each([1, 2]) as first:
+            shell("a", argv=["echo", f"{first}"])
+        with for_each([3, 4]):
+            shell("b", argv=["echo", f"{first}"])
+
+    _refused(negated, "an element is not one")
+    _refused(stale, "used outside that block")

@@ -98,6 +98,10 @@ function livePage() {
       const done = ["succeeded", "failed", "cancelled"].includes(run.status);
       cancel.hidden = done;
       retry.hidden = !(run.status === "failed" || run.status === "cancelled");
+      if (run.steps.some((step) => !document.getElementById("step-" + step.name))) {
+        window.location.reload();  // a for_each block expanded: draw its instances
+        return;
+      }
       for (const step of run.steps) {
         const details = document.getElementById("step-" + step.name);
         if (details) {
