@@ -56,6 +56,7 @@ def test_serve_and_worker_are_listed_and_a_silent_one_is_lost(tmp_path: Path) ->
             if {r["kind"] for r in rows if not r["lost"]} == {"serve", "worker"}:
                 break
             time.sleep(0.2)
+        page = server.client.get("/").text
         shown = subprocess.run([*brain_argv(), "workers", "--json"], env=env,
                                capture_output=True, text=True, timeout=60)
         text = subprocess.run([*brain_argv(), "workers"], env=env, capture_output=True,
@@ -71,6 +72,7 @@ def test_serve_and_worker_are_listed_and_a_silent_one_is_lost(tmp_path: Path) ->
     assert shown.returncode == 0, shown.stderr
     assert {r["id"] for r in json.loads(shown.stdout)} == {r["id"] for r in rows}
     assert "LOST" in text.stdout and "elsewhere:77" in text.stdout
+    assert "<h2>Workers</h2>" in page and "elsewhere" in page and ">lost<" in page
 
     async def after() -> list[str]:
         async with Store(url) as store:

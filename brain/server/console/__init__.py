@@ -88,7 +88,11 @@ async def workflows_page(request: Request[Any, Any, Any],
     for wf in service.workflows.values():
         last = await service.store.list_runs(workflow=wf.name, limit=1)
         rows.append({"summary": _workflow_summary(wf, service), "last": last[0] if last else None})
-    return _render("workflows.html", workflows=rows, nav="workflows")
+    from brain.runner import lease_seconds
+    from brain.workers import describe_workers
+
+    workers = describe_workers(await service.store.list_workers(), lease_seconds())
+    return _render("workflows.html", workflows=rows, nav="workflows", workers=workers)
 
 
 @get("/runs", include_in_schema=False)
