@@ -28,6 +28,24 @@ class QueueFull(StoreError):
     """More than ``BRAIN_MAX_QUEUED_RUNS`` runs are queued: try again later."""
 
 
+def queued_run_rows(run_id: str, workflow: str, definition_hash: str, trigger: TriggerData,
+                    step_rows: Sequence[tuple[str, str]], now: datetime,
+                    **columns: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows of a new run, ``queued``, and of its pending steps (``(name, kind)`` in call
+    order); the trigger as every store records it. ``columns`` adds or overrides run
+    columns (``trigger_key``, ``previous_run_id``...)."""
+    trigger = stored_trigger(trigger)
+    row: dict[str, Any] = dict(
+        id=run_id, workflow=workflow, definition_hash=definition_hash,
+        status=RunStatus.QUEUED.value, trigger_event=trigger.event, trigger_body=trigger.body,
+        trigger_path=trigger.path, trigger_headers=json.dumps(trigger.headers), created_at=now,
+        cancel_requested=False, **columns)
+    step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
+                        status=StepStatus.PENDING.value, tries=0)
+                   for i, (name, kind) in enumerate(step_rows)]
+    return row, step_values
+
+
 class RunQueue(Database):
     """The queue's reads and writes, on top of a store's :class:`Database`."""
 
@@ -49,15 +67,8 @@ class RunQueue(Database):
         if max_queued is not None and await self._queued_estimate() >= max_queued:
             raise QueueFull(f"{max_queued} runs are already queued")
         now = utcnow()
-        trigger = stored_trigger(trigger)
-        row = dict(id=run_id, workflow=workflow, definition_hash=definition_hash,
-                   status=RunStatus.QUEUED.value, trigger_event=trigger.event,
-                   trigger_body=trigger.body, trigger_path=trigger.path,
-                   trigger_headers=json.dumps(trigger.headers), created_at=now,
-                   cancel_requested=False, trigger_key=trigger_key, delivery_id=delivery_id)
-        step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
-                            status=StepStatus.PENDING.value, tries=0)
-                       for i, (name, kind) in enumerate(step_rows)]
+        row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
+                                           now, trigger_key=trigger_key, delivery_id=delivery_id)
         statements: list[tuple[Any, Any]] = []
         if fire_time is not None:
             statements.append((insert(fires), dict(

@@ -26,10 +26,10 @@ from brain.results import (
     clean_text,
     step_order,
 )
-from brain.store.base import QueuedRun, RunRecord, stored_trigger
+from brain.store.base import QueuedRun, RunRecord
 from brain.store.database import lease_clock
 from brain.store.errors import database_problem
-from brain.store.queue import RunQueue
+from brain.store.queue import RunQueue, queued_run_rows
 from brain.store.tables import fires, runs, steps, workers
 from brain.store.urls import default_url, redact_url
 
@@ -57,13 +57,8 @@ class Store(RunQueue):
         else it is ``queued``. Returns the creation time.
         """
         now = utcnow()
-        trigger = stored_trigger(trigger)
-        row: dict[str, Any] = dict(
-            id=run_id, workflow=workflow, definition_hash=definition_hash,
-            status=RunStatus.QUEUED.value, trigger_event=trigger.event,
-            trigger_body=trigger.body, trigger_path=trigger.path,
-            trigger_headers=json.dumps(trigger.headers),
-            created_at=now, cancel_requested=False, previous_run_id=previous_run_id)
+        row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
+                                           now, previous_run_id=previous_run_id)
         statements: list[tuple[Any, Any]] = [(insert(runs), row)]
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
@@ -71,9 +66,6 @@ class Store(RunQueue):
             if self.dialect == "postgresql":  # the lease by the server's clock
                 statements.append((update(runs).where(runs.c.id == run_id).values(
                     lease_expires_at=func.now() + timedelta(seconds=lease_seconds)), None))
-        step_values = [dict(run_id=run_id, name=name, position=i, kind=kind,
-                            status=StepStatus.PENDING.value, tries=0)
-                       for i, (name, kind) in enumerate(step_rows)]
         await self._transaction(statements
                                 + ([(insert(steps), step_values)] if step_values else []))
         return now
@@ -241,7 +233,8 @@ class Store(RunQueue):
         if not then_queue:
             _check_lease(await self._one(query), owner)
             return now
-        queued = [_queued_rows(q, now) for q in then_queue]
+        queued = [queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger, q.step_rows,
+                                  now, trigger_key=q.trigger.event) for q in then_queue]
 
         def job(conn: Any) -> None:
             if not conn.execute(query).rowcount and owner is not None:
@@ -326,14 +319,11 @@ class Store(RunQueue):
         if definition_hash is not None and definition_hash != original.definition_hash:
             raise RunConflict(WORKFLOW_CHANGED)
         rows = await self._rows(select(steps).where(steps.c.run_id == full))
-        new_id, now = uuid.uuid4().hex, utcnow()
-        trigger = original.trigger
-        run_row = dict(
-            id=new_id, workflow=original.workflow, definition_hash=original.definition_hash,
-            status=RunStatus.QUEUED.value, trigger_event=trigger.event, trigger_body=trigger.body,
-            trigger_path=trigger.path, trigger_headers=json.dumps(trigger.headers),
-            created_at=now, cancel_requested=False, previous_run_id=original.previous_run_id,
-            trigger_key="retry", retry_of=full)
+        new_id = uuid.uuid4().hex
+        run_row, _ = queued_run_rows(new_id, original.workflow, original.definition_hash,
+                                     original.trigger, (), utcnow(),
+                                     previous_run_id=original.previous_run_id,
+                                     trigger_key="retry", retry_of=full)
         done = StepStatus.SUCCEEDED.value
         step_values = [
             dict(run_id=new_id, name=r.name, position=r.position, kind=r.kind,
@@ -508,20 +498,6 @@ def _check_lease(result: Any, owner: str | None) -> None:
 def _trigger(row: Row[Any]) -> TriggerData:
     return TriggerData(event=row.trigger_event, body=row.trigger_body, path=row.trigger_path,
                        headers=json.loads(row.trigger_headers or "{}"))
-
-
-def _queued_rows(queued: QueuedRun, now: datetime) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The rows of a run to queue: the run's, and its pending steps'."""
-    trigger = stored_trigger(queued.trigger)
-    run_row = dict(id=queued.run_id, workflow=queued.workflow,
-                   definition_hash=queued.definition_hash, status=RunStatus.QUEUED.value,
-                   trigger_event=trigger.event, trigger_body=trigger.body,
-                   trigger_path=trigger.path, trigger_headers=json.dumps(trigger.headers),
-                   created_at=now, cancel_requested=False, trigger_key=trigger.event)
-    step_values = [dict(run_id=queued.run_id, name=name, position=i, kind=kind,
-                        status=StepStatus.PENDING.value, tries=0)
-                   for i, (name, kind) in enumerate(queued.step_rows)]
-    return run_row, step_values
 
 
 def _run_result(row: Row[Any], step_rows: Sequence[Row[Any]]) -> RunResult:
