@@ -232,8 +232,9 @@ class BrainService:
             self._wake.set()
         return run_id, created
 
-    async def retry(self, run_id: str) -> str:
-        """Queue a retry of a failed or cancelled run (see ``Store.retry_run``); its id.
+    async def retry(self, run_id: str) -> tuple[str, str]:
+        """Queue a retry of a failed or cancelled run (see ``Store.retry_run``); the new
+        run's id and the original's full id.
 
         :class:`RunConflict` when the run is active or succeeded, when its workflow is
         not served here, or when its definition changed since.
@@ -248,7 +249,7 @@ class BrainService:
         new_id = await self.store.retry_run(full, definition_hash=None if wf is None
                                             else wf.definition_hash)
         self._wake.set()
-        return new_id
+        return new_id, full
 
     async def wait_for(self, run_id: str, seconds: float) -> RunResult | None:
         """The run once it has ended, or ``None`` after ``seconds``."""

@@ -536,8 +536,7 @@ class RunExecution:
                 self._emit(StepEvent(self.run_id, spec.name, spec.kind, "failed", error=msg))
                 return _Outcome(spec.name, False, msg)
             if holds == condition.negated:
-                return await self._skip([spec.name], f"condition {condition.describe()} is "
-                                                     f"{'true' if holds else 'false'}")
+                return await self._skip([spec.name], _does_not_hold(condition, holds))
         return None
 
     async def _skip(self, names: list[str], reason: str) -> _Outcome:
@@ -673,7 +672,7 @@ class RunExecution:
                 continue
             holds = _holds(self.outputs[condition.step])
             if holds is not None and holds == condition.negated:
-                return f"condition {condition.describe()} is {'true' if holds else 'false'}"
+                return _does_not_hold(condition, holds)
         return None
 
     def _spec(self, name: str) -> StepSpec:
@@ -780,6 +779,11 @@ def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error:
     return [QueuedRun(run_id=uuid.uuid4().hex, workflow=h.name, definition_hash=h.definition_hash,
                       trigger=TriggerData(event="failure", body=body),
                       step_rows=[(s.name, s.kind) for s in h.spec.steps]) for h in handlers]
+
+
+def _does_not_hold(condition: Condition, holds: bool) -> str:
+    """Why a step is skipped by its condition: ``condition {x} is false``."""
+    return f"condition {condition.describe()} is {'true' if holds else 'false'}"
 
 
 def _not_a_condition(condition: Condition, value: str) -> str:

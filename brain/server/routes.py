@@ -322,8 +322,7 @@ async def retry_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> d
         parse_json(raw)
     service = service_of(request)
     try:
-        original = await service.store.resolve_id(run_id)
-        new_id = await service.retry(original)
+        new_id, original = await service.retry(run_id)
     except RunNotFound as exc:
         raise NotFoundException(detail=str(exc)) from None
     except RunConflict as exc:
