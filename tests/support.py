@@ -178,3 +178,19 @@ def definition_error(body: Callable[..., Any], *, name: str = "broken", **option
     with pytest.raises(WorkflowDefinitionError) as info:
         workflow(name=name, **options)(body)
     return str(info.value)
+
+
+async def resume_once_expired(wf: Any, store: Any, run_id: str, seconds: float = 30.0) -> Any:
+    """``resume_run`` until the run's lease has expired and it is resumed (bounded); its
+    result, or ``None`` when it never was."""
+    import asyncio
+
+    from brain.runner import resume_run
+
+    deadline = time.monotonic() + seconds
+    result = None
+    while result is None and time.monotonic() < deadline:
+        result = await resume_run(wf, store, run_id)
+        if result is None:
+            await asyncio.sleep(0.25)
+    return result

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import kill_group_quietly, wait_for, write_source
+from support import kill_group_quietly, resume_once_expired, wait_for, write_source
 
 from brain import WorkflowDefinitionError, for_each, parallel, shell, step, when, workflow
 from brain.loader import load_file
 from brain.results import RunStatus, StepStatus
-from brain.runner import resume_run
 from brain.store import Store
 from brain.testing import run_workflow
 
@@ -375,13 +374,7 @@ def test_kill_9_in_the_middle_of_a_block_then_resume_runs_only_unfinished_instan
             async with Store(db_url) as store:
                 run_id = (await store.list_runs(limit=1))[0].run_id
                 before = await store.get_run(run_id)
-                deadline = time.monotonic() + 30
-                result = None
-                while result is None and time.monotonic() < deadline:
-                    result = await resume_run(wf, store, run_id)
-                    if result is None:
-                        await asyncio.sleep(0.25)
-                return before, result
+                return before, await resume_once_expired(wf, store, run_id)
 
         before, result = asyncio.run(resume())
         assert before.status == RunStatus.RUNNING

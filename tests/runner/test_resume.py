@@ -7,11 +7,10 @@ import asyncio
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from support import kill_group_quietly, running_step, wait_for, write_source
+from support import kill_group_quietly, resume_once_expired, running_step, wait_for, write_source
 
 from brain.loader import load_file
 from brain.results import RunStatus, StepStatus, TriggerData
@@ -64,12 +63,7 @@ def test_killed_run_is_resumed_without_rerunning_finished_steps(
         async def resume() -> tuple[object, object]:
             async with Store(db_url) as store:
                 before = await store.get_run(run_id)
-                deadline = time.monotonic() + 30
-                result = None
-                while result is None and time.monotonic() < deadline:
-                    result = await resume_run(wf, store, run_id)
-                    if result is None:
-                        await asyncio.sleep(0.25)
+                result = await resume_once_expired(wf, store, run_id)
                 row = await store.run_row(run_id)
                 return before, (result, row)
 
