@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from brain.store import Store
 
 log = logging.getLogger("brain.service")
+#: One line per run start and end and per step failure (SPEC §14), with the run's fields as
+#: record attributes (``run_id``, ``workflow``, ``step``, ``status``) for the JSON format.
+run_log = logging.getLogger("brain.runs")
 IDLE_POLL_SECONDS = 1.0
 EXPIRED_SCAN_SECONDS = 5.0
 #: How often an executor process writes its heartbeat row (``brain workers``).
@@ -332,14 +336,25 @@ class BrainService:
                 wf = self.workflows.get(row.workflow) if row else None
                 if wf is None:
                     continue
+                fields = {"run_id": run_id, "workflow": wf.name}
                 if first_start:
                     metrics.runs_started.labels(wf.name).inc()
-                result = await execute_claimed(wf, self.store, run_id, self.owner,
-                                               first_start=first_start,
-                                               abandon_on_cancel=self._is_stopping,
-                                               on_event=self._observe_step)
+                run_log.info("run %s of %s %s", run_id, wf.name,
+                             "started" if first_start else "resumed", extra=fields)
+                t0 = time.monotonic()
+                result = await execute_claimed(
+                    wf, self.store, run_id, self.owner, first_start=first_start,
+                    abandon_on_cancel=self._is_stopping,
+                    on_event=lambda event: self._observe_step(event, fields))
                 if result.status in FINISHED_RUN:
                     metrics.runs_ended.labels(wf.name, str(result.status)).inc()
+                    ended = "run %s of %s %s in %.2fs"
+                    args: tuple[object, ...] = (run_id, wf.name, result.status,
+                                                time.monotonic() - t0)
+                    if result.error:
+                        ended, args = ended + ": %s", (*args, result.error)
+                    run_log.log(logging.INFO if result.succeeded else logging.WARNING, ended,
+                                *args, extra={**fields, "status": str(result.status)})
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -348,9 +363,13 @@ class BrainService:
                 metrics.executing.dec()
                 self._running.pop(run_id, None)
 
-    def _observe_step(self, event: StepEvent) -> None:
+    def _observe_step(self, event: StepEvent, fields: dict[str, str]) -> None:
         if event.status in ("succeeded", "failed") and event.seconds is not None:
             self.metrics.step_seconds.labels(event.kind, event.status).observe(event.seconds)
+        if event.status == "failed":
+            run_log.warning("run %s of %s: step %r failed (try %d): %s", event.run_id,
+                            fields["workflow"], event.step, event.tries, event.error,
+                            extra={**fields, "step": event.step})
 
     async def _heartbeat_loop(self) -> None:
         """Tell the database this executor is alive, every few seconds (``brain workers``)."""

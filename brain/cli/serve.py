@@ -33,9 +33,11 @@ STOP_GRACE_SECONDS = 10
 _ACCEPT_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
-def _setup_logging() -> None:
-    import os
+#: The attributes ``brain.runs`` lines carry, shown as fields of their own in JSON.
+RUN_FIELDS = ("run_id", "workflow", "step", "status")
 
+
+def _setup_logging() -> None:
     fmt = os.environ.get("BRAIN_LOG_FORMAT", "text")
     if fmt == "json":
         import json
@@ -44,6 +46,9 @@ def _setup_logging() -> None:
             def format(self, record: logging.LogRecord) -> str:
                 data = {"time": self.formatTime(record), "level": record.levelname,
                         "logger": record.name, "message": record.getMessage()}
+                for field in RUN_FIELDS:  # a run's lines carry its ids as fields too
+                    if hasattr(record, field):
+                        data[field] = getattr(record, field)
                 if record.exc_info:  # a 500's traceback, for the server's operator only
                     data["exception"] = self.formatException(record.exc_info)
                 return json.dumps(data)
@@ -251,8 +256,22 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _announce(message: str) -> None:
+    """A start-up or stop line: in the log's own format when it is JSON, so a log collector
+    reads every line of the process alike; otherwise a plain line on stderr."""
+    if os.environ.get("BRAIN_LOG_FORMAT") == "json":
+        log.info("%s", message)
+    else:
+        render.ok(message)
+
+
 def _say(message: str) -> None:
     # Called from a signal handler: one unbuffered write, no rich/logging locks.
+    if os.environ.get("BRAIN_LOG_FORMAT") == "json":
+        import json
+
+        message = json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "level": "INFO",
+                              "logger": "brain.server", "message": message})
     os.write(2, (message + "\n").encode())
 
 
@@ -309,7 +328,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     asyncio.run(service.preflight())
     sock = bind_socket(args.host, args.port)
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
-    render.ok(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
+    _announce(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
               f"http://{args.host}:{args.port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
               f"webhooks {hooks}  ·  database {service.store.shown_url}")
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None,
@@ -331,7 +350,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         sock.close()
     if server.should_exit and server.started:
-        render.ok("stopped")
+        _announce("stopped")
     return 0 if server.started else 2
 
 
@@ -350,7 +369,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                                triggers=False)
         await service.preflight()
         await service.start()
-        render.ok(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
+        _announce(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
                   f"once, database {service.store.shown_url}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

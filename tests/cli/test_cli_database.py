@@ -58,11 +58,15 @@ def test_a_url_naming_another_driver_is_one_line(tmp_path: Path, brain_cmd: list
     assert "must be SQLite" in line
 
 
-def test_sqlite_and_postgresql_urls_without_a_driver_work(tmp_path: Path,
-                                                         brain_cmd: list[str]) -> None:
+def test_sqlite_and_postgresql_urls_without_a_driver_work(tmp_path: Path, brain_cmd: list[str],
+                                                         pg_url: str) -> None:
     """The store talks to sqlite3 itself and to PostgreSQL through asyncpg: a URL that names
     no driver means those."""
     for url in (f"sqlite:///{tmp_path / 'plain.db'}", "postgresql://postgres@127.0.0.1:5432/test"):
+        # A shared PostgreSQL database is upgraded by hand (SPEC §9), which works without a
+        # driver in the URL too.
+        upgraded = _brain(brain_cmd, "db", "upgrade", url=url, cwd=tmp_path)
+        assert upgraded.returncode == 0, upgraded.stderr
         result = _brain(brain_cmd, "runs", "--limit", "1", url=url, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
