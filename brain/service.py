@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -345,7 +346,7 @@ class BrainService:
                 result = await execute_claimed(
                     wf, self.store, run_id, self.owner, first_start=first_start,
                     abandon_on_cancel=self._is_stopping,
-                    on_event=lambda event: self._observe_step(event, fields))
+                    on_event=functools.partial(self._observe_step, fields=fields))
                 if result.status in FINISHED_RUN:
                     metrics.runs_ended.labels(wf.name, str(result.status)).inc()
                     ended = "run %s of %s %s in %.2fs"
