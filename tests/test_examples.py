@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,3 +58,18 @@ def test_hello_greets_with_the_first_steps_output(brain_cmd: list[str], tmp_path
                           cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "hello, world!"
+
+
+def test_the_docker_mcp_example_runs_here_with_the_time_server_on_path(
+        brain_cmd: list[str], tmp_path: Path) -> None:
+    """examples/docker-mcp's workflow, outside its image: the dev install has mcp-server-time
+    beside this Python, and the image puts that folder on PATH the same way."""
+    flow = EXAMPLES[0].parent / "docker-mcp" / "flows" / "what_time.py"
+    bin_dir = str(Path(sys.executable).parent)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run([*brain_cmd, "run", str(flow), "--json"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    steps = {s["name"]: s for s in json.loads(proc.stdout)["steps"]}
+    assert [line.split(":")[0] for line in steps["clocks"]["output"].splitlines()] == [
+        "Europe/Bucharest", "Asia/Tokyo"]

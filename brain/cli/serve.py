@@ -37,6 +37,13 @@ _ACCEPT_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOM
 RUN_FIELDS = ("run_id", "workflow", "step", "status")
 
 
+def _iso_time(seconds: float) -> str:
+    """A log line's time in JSON: ISO 8601, UTC, to the millisecond."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
 def _setup_logging() -> None:
     fmt = os.environ.get("BRAIN_LOG_FORMAT", "text")
     if fmt == "json":
@@ -44,7 +51,7 @@ def _setup_logging() -> None:
 
         class JsonFormatter(logging.Formatter):
             def format(self, record: logging.LogRecord) -> str:
-                data = {"time": self.formatTime(record), "level": record.levelname,
+                data = {"time": _iso_time(record.created), "level": record.levelname,
                         "logger": record.name, "message": record.getMessage()}
                 for field in RUN_FIELDS:  # a run's lines carry its ids as fields too
                     if hasattr(record, field):
@@ -270,7 +277,7 @@ def _say(message: str) -> None:
     if os.environ.get("BRAIN_LOG_FORMAT") == "json":
         import json
 
-        message = json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "level": "INFO",
+        message = json.dumps({"time": _iso_time(time.time()), "level": "INFO",
                               "logger": "brain.server", "message": message})
     os.write(2, (message + "\n").encode())
 
