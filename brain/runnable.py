@@ -154,7 +154,8 @@ def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
         declare_secret_names(names)
         for literal in literals:
             remember(literal)
-        return Workflow(f, spec, handlers)
+        # A handler named twice still gets one run per failure.
+        return Workflow(f, spec, list({h.name: h for h in handlers}.values()))
 
     if fn is not None:
         return decorate(fn)

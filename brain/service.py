@@ -367,9 +367,10 @@ class BrainService:
     def _observe_step(self, event: StepEvent, fields: dict[str, str]) -> None:
         if event.status in ("succeeded", "failed") and event.seconds is not None:
             self.metrics.step_seconds.labels(event.kind, event.status).observe(event.seconds)
-        if event.status == "failed":
-            run_log.warning("run %s of %s: step %r failed (try %d): %s", event.run_id,
-                            fields["workflow"], event.step, event.tries, event.error,
+        if event.status in ("failed", "retrying"):
+            then = ", retrying" if event.status == "retrying" else ""
+            run_log.warning("run %s of %s: step %r failed (try %d%s): %s", event.run_id,
+                            fields["workflow"], event.step, event.tries, then, event.error,
                             extra={**fields, "step": event.step})
 
     async def _heartbeat_loop(self) -> None:

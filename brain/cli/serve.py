@@ -6,15 +6,13 @@ import argparse
 import asyncio
 import errno
 import logging
-import os
 import signal
 import socket
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from brain._errors import BrainError
-from brain.cli import render
+from brain.cli.logs import announce, say, setup_logging
 
 if TYPE_CHECKING:
     from brain.server.app import BrainPlugin
@@ -31,71 +29,6 @@ STOP_GRACE_SECONDS = 10
 # accept() errors meaning "out of descriptors/memory": asyncio reports them once per queued
 # connection (thousands a second); they are logged at most once a second instead.
 _ACCEPT_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-
-
-#: The attributes ``brain.runs`` lines carry, shown as fields of their own in JSON.
-RUN_FIELDS = ("run_id", "workflow", "step", "status")
-
-
-def _iso_time(seconds: float) -> str:
-    """A log line's time in JSON: ISO 8601, UTC, to the millisecond."""
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
-
-
-def _setup_logging() -> None:
-    fmt = os.environ.get("BRAIN_LOG_FORMAT", "text")
-    if fmt == "json":
-        import json
-
-        class JsonFormatter(logging.Formatter):
-            def format(self, record: logging.LogRecord) -> str:
-                data = {"time": _iso_time(record.created), "level": record.levelname,
-                        "logger": record.name, "message": record.getMessage()}
-                for field in RUN_FIELDS:  # a run's lines carry its ids as fields too
-                    if hasattr(record, field):
-                        data[field] = getattr(record, field)
-                if record.exc_info:  # a 500's traceback, for the server's operator only
-                    data["exception"] = self.formatException(record.exc_info)
-                return json.dumps(data)
-
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    # Lines any client can cause by connecting (over the connection limit, a malformed
-    # request) are logged at most once a second each, so they cannot flood the log.
-    handler.addFilter(_Throttle())
-    root = logging.getLogger("brain")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    uv = logging.getLogger("uvicorn")  # uvicorn's own lines in the same format (text or JSON)
-    uv.handlers[:] = [handler]
-    uv.setLevel(logging.WARNING)
-    uv.propagate = False
-
-
-class _Throttle(logging.Filter):
-    """Passes each client-caused message at most once a second; everything else always."""
-
-    _NOISY = ("Exceeded concurrency limit", "Invalid HTTP request")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last: dict[str, float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.msg if isinstance(record.msg, str) else ""
-        # Any line of the HTTP server's own is something a client can make it say.
-        if not (message.startswith(self._NOISY) or record.name.startswith("uvicorn")):
-            return True
-        now = time.monotonic()
-        if now - self._last.get(message, float("-inf")) < 1.0:
-            return False
-        self._last[message] = now
-        return True
 
 
 def _load(paths: list[str]) -> dict[str, object]:
@@ -263,25 +196,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _announce(message: str) -> None:
-    """A start-up or stop line: in the log's own format when it is JSON, so a log collector
-    reads every line of the process alike; otherwise a plain line on stderr."""
-    if os.environ.get("BRAIN_LOG_FORMAT") == "json":
-        log.info("%s", message)
-    else:
-        render.ok(message)
-
-
-def _say(message: str) -> None:
-    # Called from a signal handler: one unbuffered write, no rich/logging locks.
-    if os.environ.get("BRAIN_LOG_FORMAT") == "json":
-        import json
-
-        message = json.dumps({"time": _iso_time(time.time()), "level": "INFO",
-                              "logger": "brain.server", "message": message})
-    os.write(2, (message + "\n").encode())
-
-
 def _server_class() -> type[Any]:
     import uvicorn
 
@@ -298,10 +212,10 @@ def _server_class() -> type[Any]:
             # Stopping is handled here; uvicorn would re-raise the signal once stopped.
             self._captured_signals.clear()
             if first:
-                _say(f"stopping: no new runs; waiting up to {STOP_GRACE_SECONDS} s for running "
+                say(f"stopping: no new runs; waiting up to {STOP_GRACE_SECONDS} s for running "
                      f"steps (press Ctrl-C again to stop them now; they resume on the next start)")
             elif self.force_exit and self.plugin is not None and self.loop is not None:
-                _say("stopping now: running steps are stopped; their runs resume on the next start")
+                say("stopping now: running steps are stopped; their runs resume on the next start")
                 self.loop.call_soon_threadsafe(self.plugin.stop_now_soon)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -327,7 +241,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          f"(then every /api request needs it) or keep the default 127.0.0.1")
     if args.concurrency is not None and args.concurrency < 1:
         raise BrainError("--concurrency must be at least 1")
-    _setup_logging()
+    setup_logging()
     workflows = _load(args.paths)
     app = create_app(workflows, concurrency=args.concurrency,  # type: ignore[arg-type]
                      reload_paths=(args.paths or ["."]) if args.reload else None)
@@ -335,7 +249,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     asyncio.run(service.preflight())
     sock = bind_socket(args.host, args.port)
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
-    _announce(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
+    announce(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
               f"http://{args.host}:{args.port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
               f"webhooks {hooks}  ·  database {service.store.shown_url}")
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None,
@@ -357,7 +271,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         sock.close()
     if server.should_exit and server.started:
-        _announce("stopped")
+        announce("stopped")
     return 0 if server.started else 2
 
 
@@ -367,7 +281,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     if args.concurrency is not None and args.concurrency < 1:
         raise BrainError("--concurrency must be at least 1")
-    _setup_logging()
+    setup_logging()
     workflows = _load(args.paths)
 
     async def go() -> None:
@@ -376,7 +290,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                                triggers=False)
         await service.preflight()
         await service.start()
-        _announce(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
+        announce(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
                   f"once, database {service.store.shown_url}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -387,13 +301,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 stop.set()
                 return
             # A second Ctrl-C: stop at once (unfinished runs stay resumable).
-            _say("stopping now: running steps are stopped, their runs resume on the next start")
+            say("stopping now: running steps are stopped, their runs resume on the next start")
             stopping.append(asyncio.ensure_future(service.stop(grace_seconds=0)))
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         await stop.wait()
-        _say(f"stopping: letting running steps finish (up to {STOP_GRACE_SECONDS}s; "
+        say(f"stopping: letting running steps finish (up to {STOP_GRACE_SECONDS}s; "
              f"Ctrl-C again to stop now)")
         await service.stop(grace_seconds=STOP_GRACE_SECONDS)
         for hurry in stopping:

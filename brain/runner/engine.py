@@ -766,19 +766,32 @@ def remember_known_secrets(wf: RunnableWorkflow) -> frozenset[str]:
 
 
 def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error: str,
-                 step: str | None, step_error: str | None) -> list[QueuedRun]:
+                 step: str | None, step_error: str | None, *,
+                 loaded: Mapping[str, RunnableWorkflow] | None = None) -> list[QueuedRun]:
     """The runs of ``wf``'s failure handlers (``@workflow(on_failure=[...])``) to queue with
     its failure: each gets the failed run as a JSON body and ``trigger.event ==
-    "failure"``. A run that itself handles a failure triggers nothing further."""
+    "failure"``. A run that itself handles a failure triggers nothing further.
+
+    Each handler is taken as ``loaded`` (by default: the workflows of the service serving
+    ``wf``, if any) has it now: a handler's file may have been reloaded since the failing
+    workflow imported it, and a run queued under its old definition would fail as changed
+    without running."""
     handlers: Iterable[RunnableWorkflow] = getattr(wf, "failure_handlers", ())
     if trigger.event == "failure":
         return []
+    if loaded is None:
+        loaded = getattr(getattr(wf, "served_by", None), "workflows", None) or {}
     body = json.dumps({"run_id": run_id, "workflow": wf.name, "error": error,
                        "failed_step": step, "failed_step_error": step_error},
                       ensure_ascii=False)
-    return [QueuedRun(run_id=uuid.uuid4().hex, workflow=h.name, definition_hash=h.definition_hash,
-                      trigger=TriggerData(event="failure", body=body),
-                      step_rows=[(s.name, s.kind) for s in h.spec.steps]) for h in handlers]
+    queued = []
+    for handler in handlers:
+        h = loaded.get(handler.name, handler)
+        queued.append(QueuedRun(run_id=uuid.uuid4().hex, workflow=h.name,
+                                definition_hash=h.definition_hash,
+                                trigger=TriggerData(event="failure", body=body),
+                                step_rows=[(s.name, s.kind) for s in h.spec.steps]))
+    return queued
 
 
 def _does_not_hold(condition: Condition, holds: bool) -> str:

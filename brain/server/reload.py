@@ -14,12 +14,16 @@ import os
 from typing import TYPE_CHECKING
 
 from brain._errors import WorkflowLoadError
+from brain.results import TriggerData
+from brain.runner.engine import failure_runs
 
 if TYPE_CHECKING:
     from brain.runnable import Workflow
     from brain.service import BrainService
+    from brain.store.base import QueuedRun
 
 log = logging.getLogger("brain.server")
+run_log = logging.getLogger("brain.runs")
 POLL_SECONDS = 1.0
 NOT_LOADED = "workflow not loaded"
 
@@ -83,6 +87,8 @@ class Reloader:
             log.error("reload: %s defines %s, already defined in another file; not loaded", file,
                       ", ".join(clash))
             return
+        removed = {n: wf for n, wf in self.service.workflows.items()
+                   if n in old_names and n not in new}
         workflows = {n: wf for n, wf in self.service.workflows.items() if n not in old_names}
         workflows.update(new)
         try:
@@ -90,8 +96,16 @@ class Reloader:
         except WorkflowLoadError as exc:
             log.error("reload: %s (keeping its last good version)", exc)
             return
-        for name in old_names - set(new):
-            failed = await self.service.store.fail_queued(name, NOT_LOADED)
-            log.warning("reload: workflow %s removed; %d queued runs failed", name, failed)
+        for name, gone in removed.items():
+            # Its queued runs fail now, and, like any failed run, queue its failure handlers.
+            def handlers(run_id: str, event: str, gone: Workflow = gone) -> list[QueuedRun]:
+                return failure_runs(gone, TriggerData(event=event), run_id, NOT_LOADED, None,
+                                    None, loaded=self.service.workflows)
+
+            failed = await self.service.store.fail_queued(name, NOT_LOADED, handlers)
+            for run_id in failed:
+                run_log.warning("run %s of %s failed: %s", run_id, name, NOT_LOADED,
+                                extra={"run_id": run_id, "workflow": name, "status": "failed"})
+            log.warning("reload: workflow %s removed; %d queued runs failed", name, len(failed))
         self.by_file[file] = set(new)
         log.info("reloaded %s: %s", file, ", ".join(new) or "no workflows")

@@ -7,7 +7,7 @@ here, and executors take them with :meth:`RunQueue.claim_next`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,8 +16,8 @@ from sqlalchemy.exc import IntegrityError
 
 from brain._clock import utcnow
 from brain._errors import StoreError
-from brain.results import RunStatus, StepStatus, TriggerData
-from brain.store.base import stored_trigger
+from brain.results import RunStatus, StepStatus, TriggerData, clean_text
+from brain.store.base import QueuedRun, stored_trigger
 from brain.store.database import Database, lease_clock
 from brain.store.tables import fires, runs, steps, workers
 
@@ -170,13 +170,40 @@ class RunQueue(Database):
         found = (await self._one(claim)).first()
         return None if found is None else str(found.id)
 
-    async def fail_queued(self, workflow: str, error: str) -> int:
-        """Fail every queued run of ``workflow`` (it is no longer loaded)."""
-        result = await self._one(update(runs).where(runs.c.workflow == workflow,
-                                                    runs.c.status == RunStatus.QUEUED.value)
-                                 .values(status=RunStatus.FAILED.value, error=error,
-                                         ended_at=utcnow()))
-        return int(result.rowcount or 0)
+    async def fail_queued(self, workflow: str, error: str,
+                          handlers: Callable[[str, str], Sequence[QueuedRun]] | None = None
+                          ) -> list[str]:
+        """Fail every queued run of ``workflow`` (it is no longer loaded) and return their
+        ids. Their steps end ``skipped``, and with each run the runs ``handlers(run id,
+        trigger event)`` gives (its failure handlers) are queued, in one transaction."""
+        now = utcnow()
+        message = clean_text(error)
+
+        def job(conn: Any) -> list[str]:
+            queued = conn.execute(select(runs.c.id, runs.c.trigger_event).where(
+                runs.c.workflow == workflow, runs.c.status == RunStatus.QUEUED.value)).all()
+            failed: list[str] = []
+            for run_id, event in queued:
+                taken = conn.execute(update(runs).where(
+                    runs.c.id == run_id, runs.c.status == RunStatus.QUEUED.value).values(
+                    status=RunStatus.FAILED.value, error=message, ended_at=now)).rowcount
+                if not taken:  # an executor claimed it meanwhile
+                    continue
+                conn.execute(update(steps).where(
+                    steps.c.run_id == run_id,
+                    steps.c.status.in_((StepStatus.PENDING.value, StepStatus.RUNNING.value)))
+                    .values(status=StepStatus.SKIPPED.value, error=message, ended_at=now))
+                for q in handlers(run_id, event) if handlers else ():
+                    run_row, step_values = queued_run_rows(
+                        q.run_id, q.workflow, q.definition_hash, q.trigger, q.step_rows, now,
+                        trigger_key=q.trigger.event)
+                    conn.execute(insert(runs), run_row)
+                    if step_values:
+                        conn.execute(insert(steps), step_values)
+                failed.append(str(run_id))
+            return failed
+
+        return list(await self._atomically(job))
 
     async def running_leases(self) -> list[tuple[str, str | None]]:
         """``(run id, lease owner)`` of every running run."""

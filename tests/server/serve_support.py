@@ -41,14 +41,16 @@ class BrainServer:
     """A ``brain serve FOLDER --port N`` subprocess on 127.0.0.1, its output in files."""
 
     def __init__(self, argv: list[str], folder: Path, logs: Path, env: dict[str, str],
-                 preexec_fn: Callable[[], None] | None = None) -> None:
+                 preexec_fn: Callable[[], None] | None = None,
+                 extra_args: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stdout_file = logs / "serve.stdout"
         self.stderr_file = logs / "serve.stderr"
         self._out = self.stdout_file.open("wb")
         self._err = self.stderr_file.open("wb")
-        self.proc = subprocess.Popen([*argv, "serve", str(folder), "--port", str(self.port)],
+        self.proc = subprocess.Popen([*argv, "serve", str(folder), "--port", str(self.port),
+                                      *(extra_args or [])],
                                      stdout=self._out, stderr=self._err, env=env,
                                      preexec_fn=preexec_fn)
         self.client = httpx.Client(base_url=self.url, timeout=30)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brain._errors import RunNotFound
-from brain.cli.serve import _Throttle
+from brain.cli.logs import Throttle
 from brain.server.webhooks import delivery_id
 from brain.store import Store
 from brain.store.store import redact_url
@@ -45,7 +45,7 @@ def test_database_passwords_are_redacted_wherever_they_are_written(url: str) -> 
 
 
 def test_client_caused_log_lines_are_throttled() -> None:
-    throttle = _Throttle()
+    throttle = Throttle()
 
     def record(message: str) -> logging.LogRecord:
         name = "uvicorn.error" if message[0].isupper() else "brain.server"

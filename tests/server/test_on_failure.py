@@ -136,3 +136,78 @@ def test_a_failure_queues_its_handler_exactly_once_across_a_kill(tmp_path: Path)
         second.stop()
     assert len(runs) == 1, runs
     assert handled.read_text().splitlines() == ["failure"]
+
+
+def test_a_handler_named_twice_is_queued_once() -> None:
+    alert, _ = handler_and_failing("twice")
+
+    @workflow(name="job_twice_listed", on_failure=[alert, alert])
+    def job() -> None:
+        shell("boom", command="exit 3")
+
+    assert [r.workflow for r in run_workflow(job).failure_runs] == ["alert_twice"]
+
+
+NOTIFY = """
+    from brain import shell, workflow
+
+    @workflow
+    def notify():
+        shell("say", command="echo {version}")
+"""
+USERS = """
+    from brain import shell, workflow
+    from notify import notify
+
+    @workflow(on_failure=[notify])
+    def victim():
+        shell("boom", command="exit 3")
+
+    @workflow(on_failure=[notify], max_concurrent_runs=1)
+    def doomed():
+        shell("wait", command="sleep 60")
+"""
+
+
+def test_reloads_keep_failure_handlers_current_and_removed_workflows_queue_theirs(
+        tmp_path: Path) -> None:
+    """A handler whose file was reloaded runs as it is now (not as the failing workflow's
+    stale import had it); queued runs failed because their workflow was removed queue their
+    handlers too, and their steps end skipped."""
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    write_source(folder, "notify.py", NOTIFY.replace("{version}", "v1"))
+    write_source(folder, "users.py", USERS)
+    server = BrainServer([*brain_argv()], folder, tmp_path, clean_env(tmp_path / "brain.db"),
+                         extra_args=["--reload"])
+    try:
+        server.wait_healthy()
+        write_source(folder, "notify.py", NOTIFY.replace("{version}", "v2"))
+        wait_for(lambda: "reloaded" in server.stderr() and "notify.py" in server.stderr(), 20,
+                 "notify.py to be reloaded")
+        failed = server.client.post("/api/workflows/victim/runs", json={}).json()["run_id"]
+        assert server.wait_run(failed)["status"] == "failed"
+        wait_for(lambda: len(server.run_ids("notify")) == 1, 20, "the handler's run")
+        handled = server.wait_run(server.run_ids("notify")[0])
+        assert handled["status"] == "succeeded", handled
+        assert handled["steps"][0]["output"] == "v2"
+        assert json.loads(handled["trigger"]["body"])["run_id"] == failed
+
+        first = server.client.post("/api/workflows/doomed/runs", json={}).json()["run_id"]
+        wait_for(lambda: server.run(first)["status"] == "running", 20, "the first run to start")
+        queued = [server.client.post("/api/workflows/doomed/runs", json={}).json()["run_id"]
+                  for _ in range(2)]
+        assert {server.run(r)["status"] for r in queued} == {"queued"}
+        write_source(folder, "users.py", "")  # victim and doomed are gone
+        for run_id in queued:
+            ended = server.wait_run(run_id)
+            assert (ended["status"], ended["error"]) == ("failed", "workflow not loaded")
+            assert [s["status"] for s in ended["steps"]] == ["skipped"]
+        wait_for(lambda: len(server.run_ids("notify")) == 3, 20, "the removed runs' handlers")
+        bodies = [json.loads(server.wait_run(r)["trigger"]["body"])
+                  for r in server.run_ids("notify")]
+        assert sorted(b["run_id"] for b in bodies if b["workflow"] == "doomed") == sorted(queued)
+        assert {server.wait_run(r)["status"] for r in server.run_ids("notify")} == {"succeeded"}
+    finally:
+        server.stop()
+    assert server.stderr().count("of doomed failed: workflow not loaded") == 2

@@ -1,0 +1,129 @@
+"""The log of ``brain serve`` and ``brain worker``: stderr, as text or JSON (``BRAIN_LOG_FORMAT``).
+
+Every logger of the process goes through one handler: The Brain's own lines
+(``brain.*``, from INFO) and every library's warnings and errors (``uvicorn``, the MCP
+SDK, ...). Whatever the line, it is one line (tracebacks aside, in text), its text is
+storable Unicode, and known secret values in it are replaced by ``***``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime
+
+from brain._secrets import scrub
+from brain.cli import render
+from brain.results import clean_text
+
+#: The attributes ``brain.runs`` lines carry, shown as fields of their own in JSON.
+RUN_FIELDS = ("run_id", "workflow", "step", "status")
+
+# Control characters shown as escapes, so a message cannot start a line of its own (or
+# move a terminal's cursor): CR, LF and the rest of C0, DEL and C1. Tabs stay.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+_CONTROLS |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def json_format() -> bool:
+    """Whether log lines are JSON objects (``BRAIN_LOG_FORMAT=json``)."""
+    return os.environ.get("BRAIN_LOG_FORMAT") == "json"
+
+
+def _safe(text: str) -> str:
+    """Storable Unicode (lone surrogates replaced), known secrets as ``***``."""
+    return scrub(clean_text(text)) or ""
+
+
+def iso_time(seconds: float) -> str:
+    """A log line's time in JSON: ISO 8601, UTC, to the millisecond."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger: message``; the message on one line."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = record.message.translate(_CONTROLS)
+        return super().formatMessage(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _safe(super().format(record))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, a run's
+    fields (:data:`RUN_FIELDS`) when it has them, and ``exception`` with a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, object] = {"time": iso_time(record.created), "level": record.levelname,
+                                   "logger": record.name, "message": _safe(record.getMessage())}
+        for field in RUN_FIELDS:
+            if hasattr(record, field):
+                data[field] = _safe(str(getattr(record, field)))
+        if record.exc_info:  # a 500's traceback, for the server's operator only
+            data["exception"] = _safe(self.formatException(record.exc_info))
+        return json.dumps(data)
+
+
+class Throttle(logging.Filter):
+    """Passes each client-caused message at most once a second; everything else always."""
+
+    _NOISY = ("Exceeded concurrency limit", "Invalid HTTP request")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` is logged."""
+        message = record.msg if isinstance(record.msg, str) else ""
+        # Any line of the HTTP server's own is something a client can make it say.
+        if not (message.startswith(self._NOISY) or record.name.startswith("uvicorn")):
+            return True
+        now = time.monotonic()
+        if now - self._last.get(message, float("-inf")) < 1.0:
+            return False
+        self._last[message] = now
+        return True
+
+
+def setup_logging() -> None:
+    """Send every logger's lines to stderr through one handler, in the chosen format: The
+    Brain's from INFO, other libraries' from WARNING."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_format() else TextFormatter())
+    # Lines any client can cause by connecting (over the connection limit, a malformed
+    # request) are logged at most once a second each, so they cannot flood the log.
+    handler.addFilter(Throttle())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    for name, level in (("brain", logging.INFO), ("uvicorn", logging.WARNING)):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.setLevel(level)
+        logger.propagate = True
+
+
+def announce(message: str) -> None:
+    """A start-up or stop line: in the log's own format when it is JSON, so a log collector
+    reads every line of the process alike; otherwise a plain line on stderr."""
+    if json_format():
+        logging.getLogger("brain.server").info("%s", message)
+    else:
+        render.ok(message)
+
+
+def say(message: str) -> None:
+    """A line from a signal handler: one unbuffered write, no rich or logging locks."""
+    if json_format():
+        message = json.dumps({"time": iso_time(time.time()), "level": "INFO",
+                              "logger": "brain.server", "message": message})
+    os.write(2, (message + "\n").encode())
