@@ -29,14 +29,17 @@ RUN --mount=type=secret,id=ca,target=/run/secrets/ca \
     && mkdir -p /srv/brain/flows /srv/brain/data \
     && chown brain:brain /srv/brain/data
 
-USER brain
+COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/brain-entrypoint
 WORKDIR /srv/brain
 # Workflows go in /srv/brain/flows (mounted, or copied by an image derived from this one);
 # without a PostgreSQL URL, runs are kept in SQLite on the data volume.
 ENV BRAIN_DATABASE_URL=sqlite+aiosqlite:////srv/brain/data/brain.db
 VOLUME ["/srv/brain/data"]
 EXPOSE 8000
+# The health check runs as root, so steps (user brain) cannot read its environment.
 HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
+# Every command runs as the user brain (uid 10001): the entrypoint drops root at once.
+ENTRYPOINT ["brain-entrypoint"]
 # Listening on every interface needs BRAIN_API_TOKEN: `brain serve` refuses to start without it.
 CMD ["brain", "serve", "/srv/brain/flows", "--host", "0.0.0.0", "--port", "8000"]

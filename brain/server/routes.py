@@ -46,7 +46,7 @@ def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRo
         other = connection.cookies.get("brain_token") if (
             not api or connection.scope.get("method") in ("GET", "HEAD")
             or _same_origin(connection)) else None
-        if not api:
+        if not api and connection.url.path != "/metrics":  # a console page: a login link
             other = other or connection.query_params.get("token")
         if not security.token_matches(header, token) and not (
                 other and security.token_matches(f"Bearer {other}", token)):

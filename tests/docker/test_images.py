@@ -75,7 +75,10 @@ def _compose() -> list[str]:
 
 def test_the_stock_image_runs_as_a_user_refuses_an_open_port_without_a_token_and_has_no_mcp_server(
         brain_image: str) -> None:
+    # Any command runs as brain, through the entrypoint; one started as another user too.
     assert _ok([DOCKER, "run", "--rm", brain_image, "id", "-u"]).strip() == "10001"
+    assert _ok([DOCKER, "run", "--rm", "--user", "10001", brain_image, "id", "-u"]
+               ).strip() == "10001"
     refused = _run([DOCKER, "run", "--rm", brain_image], 120)  # the default command
     assert refused.returncode == 2, refused.stderr
     assert "refusing to listen on 0.0.0.0 without BRAIN_API_TOKEN" in refused.stderr
@@ -89,7 +92,29 @@ WHERE = """
     import socket
     import time
 
-    from brain import step, workflow
+    from brain import shell, step, workflow
+
+    # What a step could read of other processes' environments, watched for 7 s (more than
+    # one health check interval): the pids whose environ holds the API token.
+    PEEK = (
+        "import os, time\\n"
+        "seen, deadline = set(), time.monotonic() + 7\\n"
+        "while time.monotonic() < deadline:\\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\\n"
+        "        try:\\n"
+        "            with open('/proc/' + pid + '/environ', 'rb') as f:\\n"
+        "                if b'BRAIN_API_TOKEN=' in f.read():\\n"
+        "                    seen.add(pid)\\n"
+        "        except OSError:\\n"
+        "            pass\\n"
+        "    time.sleep(0.005)\\n"
+        "print(','.join(sorted(seen)) or 'none', os.getuid())\\n"
+    )
+
+
+    @workflow
+    def peek():
+        shell("environs", argv=["python3", "-c", PEEK], timeout_seconds=60)
 
 
     @step
@@ -164,6 +189,16 @@ def test_compose_upgrades_the_schema_then_serve_queues_and_the_worker_executes(
                 assert time.monotonic() < deadline, [r["status"] for r in runs]
                 time.sleep(0.5)
             workers = api.get("/api/workers").json()
+            peek = api.post("/api/workflows/peek/runs", json={}).json()["run_id"]
+            deadline = time.monotonic() + 60
+            while (peeked := api.get(f"/api/runs/{peek}").json())["status"] in ("queued",
+                                                                                  "running"):
+                assert time.monotonic() < deadline, peeked
+                time.sleep(0.5)
+        # A step runs as brain (10001) and reads no process's secrets: neither The Brain's
+        # nor those of the init process or the health check, which run as root.
+        assert peeked["status"] == "succeeded", peeked
+        assert peeked["steps"][0]["output"] == "none 10001"
         assert [r["status"] for r in runs] == ["succeeded"] * 16
         executed_on = [hosts.get(r["steps"][0]["output"]) for r in runs]
         assert None not in executed_on  # every run ran in one of the two containers

@@ -97,5 +97,8 @@ async def test_metrics_need_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     app = create_app([quiet], execute=False, triggers=False)
     async with AsyncTestClient(app, base_url="http://127.0.0.1", timeout=60) as client:
         assert (await client.get("/metrics")).status_code == 401
+        # Not in the URL, where proxies and access logs keep it (only a console page's
+        # login link takes it there).
+        assert (await client.get("/metrics?token=metrics-token-000")).status_code == 401
         r = await client.get("/metrics", headers={"Authorization": "Bearer metrics-token-000"})
         assert r.status_code == 200 and "brain_runs_queued" in r.text
