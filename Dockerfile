@@ -36,9 +36,10 @@ WORKDIR /srv/brain
 ENV BRAIN_DATABASE_URL=sqlite+aiosqlite:////srv/brain/data/brain.db
 VOLUME ["/srv/brain/data"]
 EXPOSE 8000
-# The health check runs as root, so steps (user brain) cannot read its environment.
+# The health check runs as root, so steps (user brain) cannot read its environment; and
+# isolated (-I), so that it imports nothing from the working folder, which brain can write.
 HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
+    CMD ["/opt/brain/bin/python3", "-I", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
 # Every command runs as the user brain (uid 10001): the entrypoint drops root at once.
 ENTRYPOINT ["brain-entrypoint"]
 # Listening on every interface needs BRAIN_API_TOKEN: `brain serve` refuses to start without it.

@@ -129,6 +129,32 @@ WHERE = """
 """
 
 
+# Run in the serve container as brain: plant urllib/ in the health check's working folder,
+# then watch every other process's environ for the token for 7 s (over one interval).
+SPY = """
+import os, pathlib, shutil, time
+planted = pathlib.Path("/srv/brain/urllib")
+planted.mkdir()
+(planted / "__init__.py").write_text(
+    "import os\\nopen('/tmp/hc-imported-' + str(os.getuid()), 'w').close()\\n")
+seen, deadline = set(), time.monotonic() + 7
+while time.monotonic() < deadline:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if b"BRAIN_API_TOKEN=" in f.read():
+                    seen.add(pid)
+        except OSError:
+            pass
+    time.sleep(0.005)
+shutil.rmtree(planted)
+imported = [p for p in os.listdir("/tmp") if p.startswith("hc-imported-")]
+print(",".join(sorted(seen)) or "none", os.getuid(), ",".join(imported) or "no-import")
+"""
+
+
 def test_compose_upgrades_the_schema_then_serve_queues_and_the_worker_executes(
         brain_image: str, tmp_path: Path) -> None:
     stand_in = "local/postgres:16"
@@ -199,6 +225,11 @@ def test_compose_upgrades_the_schema_then_serve_queues_and_the_worker_executes(
         # nor those of the init process or the health check, which run as root.
         assert peeked["status"] == "succeeded", peeked
         assert peeked["steps"][0]["output"] == "none 10001"
+        # The same from inside the serve container, whose health check runs every 5 s as
+        # root, with a module planted where a non-isolated Python would import it from.
+        spied = _ok([DOCKER, "exec", "-u", "10001", container("serve"), "env", "-i",
+                     "/opt/brain/bin/python3", "-c", SPY], 60)
+        assert spied.split() == ["none", "10001", "no-import"], spied
         assert [r["status"] for r in runs] == ["succeeded"] * 16
         executed_on = [hosts.get(r["steps"][0]["output"]) for r in runs]
         assert None not in executed_on  # every run ran in one of the two containers
