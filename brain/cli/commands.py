@@ -53,12 +53,19 @@ def _in_store(fn: Callable[[Store], Awaitable[T]]) -> T:
 def dispatch(args: argparse.Namespace) -> int:
     """Run the chosen subcommand; turn expected errors into a message and exit code 2."""
     handler = _HANDLERS[args.command]
+    fail = _fail
+    if args.command in ("serve", "worker"):  # their errors in their log's format
+        from brain.cli.logs import error
+
+        def fail(message: str, code: int = 2) -> int:
+            error(message)
+            return code
     try:
         return handler(args)
     except (WorkflowLoadError, StoreError, RunNotFound, ValueError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except BrainError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except Exception as exc:
         # A database that breaks mid-command (a corrupt page, a driver that cannot be
         # used): one line, not a traceback.
@@ -68,7 +75,7 @@ def dispatch(args: argparse.Namespace) -> int:
             raise
         from brain.store.errors import database_problem
 
-        return _fail(database_problem(exc))
+        return fail(database_problem(exc))
     except KeyboardInterrupt:
         render.error("interrupted")
         return 130

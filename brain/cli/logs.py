@@ -8,10 +8,12 @@ storable Unicode, and known secret values in it are replaced by ``***``.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -44,17 +46,24 @@ def iso_time(seconds: float) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``time level logger: message``; the message on one line."""
+    """``time level logger: message`` on one line; a traceback follows on lines of its own,
+    each indented, so that only a record's first line starts at the margin."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = record.message.translate(_CONTROLS)
-        return super().formatMessage(record)
-
     def format(self, record: logging.LogRecord) -> str:
-        return _safe(super().format(record))
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record)
+        line = self.formatMessage(record).translate(_CONTROLS)
+        extra = []
+        if record.exc_info:
+            extra.append(self.formatException(record.exc_info))
+        if record.stack_info:
+            extra.append(self.formatStack(record.stack_info))
+        for text in extra:
+            line += "".join("\n    " + part.translate(_CONTROLS) for part in text.splitlines())
+        return _safe(line)
 
 
 class JsonFormatter(logging.Formatter):
@@ -62,13 +71,17 @@ class JsonFormatter(logging.Formatter):
     fields (:data:`RUN_FIELDS`) when it has them, and ``exception`` with a traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, object] = {"time": iso_time(record.created), "level": record.levelname,
-                                   "logger": record.name, "message": _safe(record.getMessage())}
+        data: dict[str, object] = {"time": iso_time(record.created),
+                                   "level": _safe(record.levelname),
+                                   "logger": _safe(record.name),
+                                   "message": _safe(record.getMessage())}
         for field in RUN_FIELDS:
             if hasattr(record, field):
                 data[field] = _safe(str(getattr(record, field)))
         if record.exc_info:  # a 500's traceback, for the server's operator only
             data["exception"] = _safe(self.formatException(record.exc_info))
+        if record.stack_info:
+            data["stack"] = _safe(self.formatStack(record.stack_info))
         return json.dumps(data)
 
 
@@ -94,10 +107,75 @@ class Throttle(logging.Filter):
         return True
 
 
+class _LinesToLog(io.TextIOBase):
+    """A text stream whose every line becomes a record of ``logger`` (JSON mode's
+    ``sys.stdout`` and ``sys.stderr``: what a ``@step`` or a library prints)."""
+
+    def __init__(self, logger: str, level: int, fileno: int) -> None:
+        super().__init__()
+        self._logger = logging.getLogger(logger)
+        self._level = level
+        self._fileno = fileno
+        self._pending = ""
+        self._lock = threading.Lock()
+        self._inside = threading.local()
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:  # for what writes to the descriptor itself (faulthandler)
+        return self._fileno
+
+    def write(self, text: str) -> int:
+        if getattr(self._inside, "yes", False):
+            # Written while logging a line (logging reporting its own error): straight to the
+            # descriptor, or it would come back here forever.
+            os.write(self._fileno, text.encode("utf-8", "replace"))
+            return len(text)
+        with self._lock:
+            lines = (self._pending + text).split("\n")
+            self._pending = lines.pop()
+        self._inside.yes = True
+        try:
+            for line in lines:
+                if line.strip():
+                    self._logger.log(self._level, "%s", line)
+        finally:
+            self._inside.yes = False
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            line, self._pending = self._pending, ""
+        if line.strip():
+            self.write(line + "\n")
+
+
+def _thread_exception(args: threading.ExceptHookArgs) -> None:
+    name = args.thread.name if args.thread is not None else "?"
+    exc_info = (args.exc_type, args.exc_value or args.exc_type(), args.exc_traceback)
+    logging.getLogger("brain.server").error("uncaught exception in thread %s", name,
+                                            exc_info=exc_info)
+
+
+def _unraisable(args: sys.UnraisableHookArgs) -> None:
+    exc_info = (args.exc_type, args.exc_value or args.exc_type(), args.exc_traceback)
+    logging.getLogger("brain.server").error("%s: %r", args.err_msg or "exception ignored",
+                                            args.object, exc_info=exc_info)
+
+
 def setup_logging() -> None:
     """Send every logger's lines to stderr through one handler, in the chosen format: The
-    Brain's from INFO, other libraries' from WARNING."""
-    handler = logging.StreamHandler(sys.stderr)
+    Brain's from INFO, other libraries' from WARNING, and also Python's warnings and the
+    exceptions no thread caught. In JSON, each line printed to stdout or stderr becomes a
+    record too (loggers ``stdout`` and ``stderr``)."""
+    stream = sys.stderr
+    if json_format():
+        sys.stdout.flush()
+        stream.flush()
+        sys.stdout = _LinesToLog("stdout", logging.INFO, sys.stdout.fileno())
+        sys.stderr = _LinesToLog("stderr", logging.WARNING, stream.fileno())
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if json_format() else TextFormatter())
     # Lines any client can cause by connecting (over the connection limit, a malformed
     # request) are logged at most once a second each, so they cannot flood the log.
@@ -105,11 +183,15 @@ def setup_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
-    for name, level in (("brain", logging.INFO), ("uvicorn", logging.WARNING)):
+    for name, level in (("brain", logging.INFO), ("stdout", logging.INFO),
+                        ("uvicorn", logging.WARNING)):
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.setLevel(level)
         logger.propagate = True
+    logging.captureWarnings(True)  # warnings.warn(): through the handler, not raw to stderr
+    threading.excepthook = _thread_exception
+    sys.unraisablehook = _unraisable
 
 
 def announce(message: str) -> None:
@@ -121,9 +203,18 @@ def announce(message: str) -> None:
         render.ok(message)
 
 
-def say(message: str) -> None:
+def say(message: str, level: str = "INFO") -> None:
     """A line from a signal handler: one unbuffered write, no rich or logging locks."""
     if json_format():
-        message = json.dumps({"time": iso_time(time.time()), "level": "INFO",
-                              "logger": "brain.server", "message": message})
+        message = json.dumps({"time": iso_time(time.time()), "level": level,
+                              "logger": "brain.server", "message": _safe(message)})
     os.write(2, (message + "\n").encode())
+
+
+def error(message: str) -> None:
+    """``brain serve``'s or ``brain worker``'s error before it stops (a workflow that does
+    not load, a port in use): a JSON line in the JSON format, else ``error: ...``."""
+    if json_format():
+        say(message, "ERROR")
+    else:
+        render.error(message)

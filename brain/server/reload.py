@@ -99,8 +99,11 @@ class Reloader:
         for name, gone in removed.items():
             # Its queued runs fail now, and, like any failed run, queue its failure handlers.
             def handlers(run_id: str, event: str, gone: Workflow = gone) -> list[QueuedRun]:
-                return failure_runs(gone, TriggerData(event=event), run_id, NOT_LOADED, None,
-                                    None, loaded=self.service.workflows)
+                # Only handlers still loaded: one removed with it would wait forever.
+                loaded = self.service.workflows
+                return [q for q in failure_runs(gone, TriggerData(event=event), run_id,
+                                                NOT_LOADED, None, None, loaded=loaded)
+                        if q.workflow in loaded]
 
             failed = await self.service.store.fail_queued(name, NOT_LOADED, handlers)
             for run_id in failed:

@@ -103,6 +103,9 @@ class RunStore(Protocol):
     async def reset_steps(self, run_id: str, names: Iterable[str], *,
                           owner: str | None = None) -> None: ...
 
+    async def restamp_run(self, run_id: str, definition_hash: str,
+                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> None: ...
+
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,
                          then_queue: Sequence[QueuedRun] = ()) -> datetime: ...

@@ -206,6 +206,13 @@ class MemoryStore:
             step = run.steps[name]
             step.status, step.ended_at, step.output, step.error = StepStatus.PENDING.value, None, None, None
 
+    async def restamp_run(self, run_id: str, definition_hash: str,
+                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> None:
+        """Give a queued run just taken another definition: its hash and pending steps."""
+        run = self._leased(run_id, owner)
+        self._set(run, definition_hash=definition_hash)
+        run.steps = {name: _Step(name, kind, i) for i, (name, kind) in enumerate(step_rows)}
+
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,
                          then_queue: Sequence[QueuedRun] = ()) -> datetime:

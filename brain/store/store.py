@@ -216,6 +216,25 @@ class Store(RunQueue):
         _check_lease(await self._one(_leased(query, run_id, owner).values(
             status=StepStatus.PENDING.value, ended_at=None, output=None, error=None)), owner)
 
+    async def restamp_run(self, run_id: str, definition_hash: str,
+                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> None:
+        """Give a queued run that ``owner`` has just taken another definition of its
+        workflow: the definition's hash, and pending rows for its steps instead of the old
+        ones, in one transaction."""
+        _, step_values = queued_run_rows(run_id, "", definition_hash, TriggerData(), step_rows,
+                                         utcnow())
+
+        def job(conn: Any) -> None:
+            if not conn.execute(update(runs).where(runs.c.id == run_id,
+                                                   runs.c.lease_owner == owner)
+                                .values(definition_hash=definition_hash)).rowcount:
+                raise LeaseLost("this executor no longer holds the run's lease")
+            conn.execute(delete(steps).where(steps.c.run_id == run_id))
+            if step_values:
+                conn.execute(insert(steps), step_values)
+
+        await self._atomically(job)
+
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,
                          then_queue: Sequence[QueuedRun] = ()) -> datetime:

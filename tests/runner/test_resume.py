@@ -121,6 +121,37 @@ async def _dead_run(store: Store, wf, *, lease_seconds: float) -> str:  # type: 
     return run_id
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_queued_run_runs_the_workflow_as_its_executor_has_it_now(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Queued under one definition (before a reload or a deploy, or by a process with
+    another version), never started: it runs the definition loaded when it is taken."""
+    import uuid
+
+    before = load_file(simple_flow(tmp_path, "one"))["simple"]
+    write_source(tmp_path, "simple.py", SIMPLE.replace("WORD", "two").replace(
+        '        shell("done"', '        shell("added", command="echo added")\n        shell("done"'))
+    now = load_file(tmp_path / "simple.py")["simple"]
+    assert before.definition_hash != now.definition_hash
+    url = (f"sqlite:///{tmp_path / 'q.db'}" if backend == "sqlite"
+           else request.getfixturevalue("pg_url"))
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with Store(url) as store:
+            await store.upgrade_schema()
+            run_id, _ = await store.enqueue_run(
+                run_id=uuid.uuid4().hex, workflow="simple",
+                definition_hash=before.definition_hash, trigger=TriggerData(),
+                step_rows=[(s.name, s.kind) for s in before.spec.steps])
+            return await resume_run(now, store, run_id), await store.run_row(run_id)
+
+    result, row = asyncio.run(go())
+    assert result is not None and result.status == RunStatus.SUCCEEDED, result
+    assert list(result.steps) == ["mark", "added", "done"]
+    assert result.steps["done"].output == "two"
+    assert row.definition_hash == now.definition_hash
+
+
 def test_resume_fails_a_run_whose_workflow_changed(tmp_path: Path, db_url: str) -> None:
     original = load_file(simple_flow(tmp_path, "one"))["simple"]
     changed = load_file(simple_flow(tmp_path, "two"))["simple"]

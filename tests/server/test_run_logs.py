@@ -38,6 +38,29 @@ FLOWS = """
     def library():
         chatty(secret("API_TOKEN"))
 
+    @step
+    def noisy(key: str) -> str:
+        # What else a process prints: Python warnings, prints to stdout and stderr, an
+        # exception no thread caught, a logger with a strange name.
+        import sys
+        import threading
+        import warnings
+
+        warnings.warn("warned " + key + "\\nFAKE 2026-11-30 INFO brain.runs: forged")
+        print("hello\\nworld")
+        print("printed " + key, file=sys.stderr)
+        def boom():
+            raise RuntimeError("thread boom " + key + "\\nsecond line")
+        thread = threading.Thread(target=boom)
+        thread.start()
+        thread.join()
+        logging.getLogger("name-" + key + "\\nFAKE").warning("odd logger")
+        return "done"
+
+    @workflow
+    def everything():
+        noisy(secret("API_TOKEN"))
+
     @workflow
     def flaky():
         shell("wobble", command="exit 4", retries=1, retry_delay_seconds=0.1)
@@ -53,7 +76,8 @@ FLOWS = """
 """
 
 
-def _serve_and_run(tmp_path: Path, log_format: str) -> tuple[str, str, str]:
+def _serve_and_run(tmp_path: Path, log_format: str,
+                   more: tuple[str, ...] = ()) -> tuple[str, str, str]:
     folder = tmp_path / "flows"
     folder.mkdir()
     write_source(folder, "flows.py", FLOWS)
@@ -69,6 +93,9 @@ def _serve_and_run(tmp_path: Path, log_format: str) -> tuple[str, str, str]:
         assert server.wait_run(bad)["status"] == "failed"
         assert server.wait_run(chatty)["status"] == "succeeded"
         assert server.wait_run(flaky)["status"] == "failed"
+        for name in more:
+            run_id = server.client.post(f"/api/workflows/{name}/runs", json={}).json()["run_id"]
+            assert server.wait_run(run_id)["status"] == "succeeded"
     finally:
         server.stop()
     stderr = server.stderr()
@@ -82,9 +109,22 @@ def _serve_and_run(tmp_path: Path, log_format: str) -> tuple[str, str, str]:
 
 
 def test_json_lines_carry_the_run_workflow_and_step(tmp_path: Path) -> None:
-    stderr, ok, bad = _serve_and_run(tmp_path, "json")
-    lines = [json.loads(line) for line in stderr.splitlines() if line.strip()]
-    assert any(line["logger"] == "some.library" for line in lines)  # every logger, as JSON
+    stderr, ok, bad = _serve_and_run(tmp_path, "json", more=("everything",))
+    stdout = (tmp_path / "serve.stdout").read_text()
+    lines = [json.loads(line) for line in (stderr + stdout).splitlines() if line.strip()]
+    for line in lines:  # strict UTF-8 too
+        json.dumps(line, ensure_ascii=False).encode("utf-8")
+    by_logger = {}
+    for line in lines:
+        by_logger.setdefault(line["logger"], []).append(line["message"])
+    assert "some.library" in by_logger  # every logger, as JSON
+    assert any("warned ***" in m for m in by_logger["py.warnings"])
+    assert by_logger["stdout"] == ["hello", "world"]
+    assert by_logger["stderr"] == ["printed ***"]
+    assert any(m.startswith("uncaught exception in thread") and m.endswith("(boom)")
+               for m in by_logger["brain.server"])
+    assert any(name.startswith("name-***") for name in by_logger)
+    assert TOKEN not in stdout
     runs = [line for line in lines if line["logger"] == "brain.runs"]
     mine = {(line.get("run_id"), line.get("workflow"), line.get("step"), line.get("status"))
             for line in runs}
@@ -123,25 +163,47 @@ SECRET = st.text(st.characters(blacklist_categories=["Cs", "Cc", "Z"]), min_size
 
 
 @settings(max_examples=300, deadline=None)
-@given(before=st.text(), secret=SECRET, after=st.text(), step=st.text())
-def test_any_message_is_one_line_of_storable_text_without_the_secret(
-        before: str, secret: str, after: str, step: str) -> None:
+@given(before=st.text(), secret=SECRET, after=st.text(), step=st.text(), name=st.text(),
+       level=st.text(min_size=1))
+def test_any_record_is_one_line_of_storable_text_without_the_secret(
+        before: str, secret: str, after: str, step: str, name: str, level: str) -> None:
+    """Whatever a record holds (its message, a run's field, the logger's name, a level's
+    name, an exception): one JSON line, or one text line plus indented traceback lines;
+    strict UTF-8; no known secret."""
     remember(secret)
     message = before + secret + after
     try:
-        raise RuntimeError(secret)
+        raise RuntimeError(before + secret + "\n2026-11-30 00:00:00,000 INFO brain.runs: x")
     except RuntimeError:
-        failing = _record(message, step=step)
-        failing.exc_info = sys.exc_info()
-    for record in (_record(message, step=step), failing):
+        exc_info = sys.exc_info()
+    for with_exception in (False, True):
+        record = _record(message, name=name or "root", step=step)
+        record.levelname = level
+        record.exc_info = exc_info if with_exception else None
         line = JsonFormatter().format(record)
         assert "\n" not in line and secret not in line
-        parsed = json.loads(line)
-        for value in parsed.values():  # strict UTF-8: no lone surrogate escapes
+        for value in json.loads(line).values():  # strict UTF-8: no lone surrogate escapes
             value.encode("utf-8")
             assert secret not in value
-        text = TextFormatter().format(_record(message, step=step))
+        record.exc_text = None
+        text = TextFormatter().format(record)
         assert secret not in text
-        assert not any(unicodedata.category(c) == "Cc" and c != "\t" for c in text)
-        assert "\u2028" not in text and "\u2029" not in text
         text.encode("utf-8")
+        first, *rest = text.split("\n")
+        assert all(line.startswith("    ") for line in rest)  # only a traceback, indented
+        assert bool(rest) == with_exception
+        for part in (first, *rest):
+            assert not any(unicodedata.category(c) == "Cc" and c != "\t" for c in part)
+            assert "\u2028" not in part and "\u2029" not in part
+
+
+def test_an_error_before_serving_is_a_json_line_too(tmp_path: Path) -> None:
+    import subprocess
+
+    env = clean_env(tmp_path / "brain.db", {"BRAIN_LOG_FORMAT": "json"})
+    proc = subprocess.run([*brain_argv(), "serve", str(tmp_path / "missing")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    error = json.loads(line)
+    assert error["level"] == "ERROR" and "missing" in error["message"]
