@@ -37,12 +37,15 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
 @pytest.fixture(autouse=True)
 def _forget_declared_secret_names() -> Iterator[None]:
     """Secret variables a test's workflows declare must not be withheld from other tests'
-    steps (in one process they would be, as they are for every workflow defined in it)."""
-    saved = set(_secrets._names)
+    steps (in one process they would be, as they are for every workflow defined in it), and
+    secret values a test remembers must not be scrubbed from other tests' outputs."""
+    saved, values = set(_secrets._names), set(_secrets._values)
     yield
     with _secrets._lock:
         _secrets._names.clear()
         _secrets._names.update(saved)
+        _secrets._values.clear()
+        _secrets._values.update(values)
 
 
 @pytest.fixture

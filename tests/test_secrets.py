@@ -289,3 +289,25 @@ def test_a_secret_repeated_on_every_line_leaves_no_fragment_in_the_tail(
     for size in range(8, len(value)):
         assert value[-size:] not in stored and value[:size] not in stored, size
     assert "Authorization: ***" in (r.steps["noisy"].stderr or "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-", min_size=8,
+                     max_size=80),
+       before=st.text("0123456789 :=./", max_size=40), after=st.text("0123456789 :=./",
+                                                                     max_size=40),
+       lines=st.integers(1, 400), limit=st.integers(16, 2000), start=st.integers(0, 200))
+def test_a_tail_keeps_no_piece_of_a_secret_wherever_the_cut_falls(
+        value: str, before: str, after: str, lines: int, limit: int, start: int) -> None:
+    """However often a secret repeats and wherever the tail's cut lands (inside it, just
+    before it, in the text around it), no piece of it of 8 characters or more is left."""
+    from brain._secrets import remember
+    from brain.executors.base import tail_text
+
+    remember(value)
+    data = ((before + value + after + "\n") * lines)[start:].encode()
+    tail = tail_text(data, limit) or ""
+    assert len(tail.encode()) <= limit
+    for size in range(MIN_SECRET_LENGTH, len(value) + 1):
+        for piece in {value[:size], value[-size:]}:
+            assert piece not in tail, (piece, tail)

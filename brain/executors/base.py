@@ -136,13 +136,15 @@ def tail_text(data: bytes, limit: int = 8192) -> str | None:
     no fragment of one survives it), or ``None`` when empty."""
     if not data:
         return None
-    text = data[-(limit + tail_margin()):].decode("utf-8", errors="replace")
+    text = scrub(data[-(limit + tail_margin()):].decode("utf-8", errors="replace")) or ""
     if len(data) > limit:
         # The text was cut (here or by whoever kept it): its first characters may be the end
-        # of a secret, which no scrubbing can recognise. They are dropped, then the rest
-        # is scrubbed, then cut to the limit (cutting scrubbed text leaves nothing to find).
+        # of a secret, which no scrubbing can recognise. Every whole secret is scrubbed
+        # first (dropping characters first could cut one that began after the cut, leaving
+        # its end); scrubbing only shortens, so that end is still within the first
+        # longest() characters, which are dropped. Then the rest is cut to the limit
+        # (cutting scrubbed text leaves nothing to find).
         text = text[longest():]
-    text = scrub(text) or ""
     return text.encode("utf-8")[-limit:].decode("utf-8", errors="ignore")
 
 
