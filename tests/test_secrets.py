@@ -296,18 +296,65 @@ def test_a_secret_repeated_on_every_line_leaves_no_fragment_in_the_tail(
                      max_size=80),
        before=st.text("0123456789 :=./", max_size=40), after=st.text("0123456789 :=./",
                                                                      max_size=40),
-       lines=st.integers(1, 400), limit=st.integers(16, 2000), start=st.integers(0, 200))
+       lines=st.integers(1, 400), limit=st.integers(16, 2000))
 def test_a_tail_keeps_no_piece_of_a_secret_wherever_the_cut_falls(
-        value: str, before: str, after: str, lines: int, limit: int, start: int) -> None:
+        value: str, before: str, after: str, lines: int, limit: int) -> None:
     """However often a secret repeats and wherever the tail's cut lands (inside it, just
     before it, in the text around it), no piece of it of 8 characters or more is left."""
-    from brain._secrets import remember
+    from brain import _secrets
     from brain.executors.base import tail_text
 
-    remember(value)
-    data = ((before + value + after + "\n") * lines)[start:].encode()
-    tail = tail_text(data, limit) or ""
+    known = set(_secrets._values)  # each example with only its own secret added
+    _secrets.remember(value)
+    try:
+        data = ((before + value + after + "\n") * lines).encode()
+        tail = tail_text(data, limit) or ""
+    finally:
+        _secrets._values.clear()
+        _secrets._values.update(known)
     assert len(tail.encode()) <= limit
     for size in range(MIN_SECRET_LENGTH, len(value) + 1):
         for piece in {value[:size], value[-size:]}:
             assert piece not in tail, (piece, tail)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-", min_size=8,
+                     max_size=60), pad=st.integers(1900, 2100))
+def test_an_internal_error_cut_to_its_limit_keeps_no_piece_of_a_secret(value: str,
+                                                                       pad: int) -> None:
+    from brain import _secrets
+    from brain.runner.engine import _internal_error
+
+    known = set(_secrets._values)
+    _secrets.remember(value)
+    try:
+        text = _internal_error(LookupError("u" * pad + " with token " + value))
+    finally:
+        _secrets._values.clear()
+        _secrets._values.update(known)
+    assert len(text) <= 2000
+    for size in range(MIN_SECRET_LENGTH, len(value) + 1):
+        assert value[:size] not in text and value[-size:] not in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12),
+                      min_size=2, max_size=5),
+       gaps=st.lists(st.sampled_from([" ", "  ", "\t", "\n", " \n "]), min_size=4, max_size=4))
+def test_an_llm_error_preview_keeps_no_secret_with_whitespace_inside(words: list[str],
+                                                                     gaps: list[str]) -> None:
+    from brain import _secrets
+    from brain.executors.llm import _preview
+
+    value = "".join(w + g for w, g in zip(words, gaps, strict=False)) + "END"
+    if len(value) < MIN_SECRET_LENGTH:
+        value += "x" * MIN_SECRET_LENGTH
+    known = set(_secrets._values)
+    _secrets.remember(value)
+    try:
+        shown = _preview('{"error": "invalid api key Bearer ' + value + '"}')
+    finally:
+        _secrets._values.clear()
+        _secrets._values.update(known)
+    assert value not in shown and " ".join(value.split()) not in shown

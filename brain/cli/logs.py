@@ -21,6 +21,9 @@ from brain._secrets import scrub
 from brain.cli import render
 from brain.results import clean_text
 
+#: Printed text held back waiting for the end of its line, at most (then it is a record).
+_HOLD_AT_MOST = 64 * 1024
+
 #: The attributes ``brain.runs`` lines carry, shown as fields of their own in JSON.
 RUN_FIELDS = ("run_id", "workflow", "step", "status")
 
@@ -55,15 +58,17 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         record.message = record.getMessage()
         record.asctime = self.formatTime(record)
-        line = self.formatMessage(record).translate(_CONTROLS)
+        # Scrubbed before escaping: a secret may hold the very characters escaped.
+        line = _safe(self.formatMessage(record)).translate(_CONTROLS)
         extra = []
         if record.exc_info:
             extra.append(self.formatException(record.exc_info))
         if record.stack_info:
             extra.append(self.formatStack(record.stack_info))
         for text in extra:
-            line += "".join("\n    " + part.translate(_CONTROLS) for part in text.splitlines())
-        return _safe(line)
+            line += "".join("\n    " + part.translate(_CONTROLS)
+                            for part in _safe(text).splitlines())
+        return line
 
 
 class JsonFormatter(logging.Formatter):
@@ -108,8 +113,10 @@ class Throttle(logging.Filter):
 
 
 class _LinesToLog(io.TextIOBase):
-    """A text stream whose every line becomes a record of ``logger`` (JSON mode's
-    ``sys.stdout`` and ``sys.stderr``: what a ``@step`` or a library prints)."""
+    """A text stream whose writes become records of ``logger`` (JSON mode's ``sys.stdout``
+    and ``sys.stderr``: what a ``@step`` or a library prints). What was written until a
+    write ends a line is one record, so one ``print()`` of several lines (a key, say) is
+    one message, scrubbed whole."""
 
     def __init__(self, logger: str, level: int, fileno: int) -> None:
         super().__init__()
@@ -133,15 +140,16 @@ class _LinesToLog(io.TextIOBase):
             os.write(self._fileno, text.encode("utf-8", "replace"))
             return len(text)
         with self._lock:
-            lines = (self._pending + text).split("\n")
-            self._pending = lines.pop()
-        self._inside.yes = True
-        try:
-            for line in lines:
-                if line.strip():
-                    self._logger.log(self._level, "%s", line)
-        finally:
-            self._inside.yes = False
+            self._pending += text
+            if not self._pending.endswith("\n") and len(self._pending) < _HOLD_AT_MOST:
+                return len(text)  # print() writes its text, then its end: wait for the end
+            done, self._pending = self._pending.rstrip("\n"), ""
+        if done.strip():
+            self._inside.yes = True
+            try:
+                self._logger.log(self._level, "%s", done)
+            finally:
+                self._inside.yes = False
         return len(text)
 
     def flush(self) -> None:

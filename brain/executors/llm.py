@@ -111,7 +111,9 @@ def _remember_url_password(url: str) -> None:
 
 
 def _preview(text: str) -> str:
-    text = scrub(" ".join(text.split())) or ""
+    # Scrubbed before its whitespace is folded (a secret may hold a newline or two spaces),
+    # and after (folding may put together a secret's words).
+    text = scrub(" ".join((scrub(text) or "").split())) or ""
     return text[:_BODY_PREVIEW] + ("…" if len(text) > _BODY_PREVIEW else "")
 
 

@@ -178,18 +178,19 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
         except LeaseLost:
             pass
         return await store.get_run(run_id)
-    if row.definition_hash != wf.definition_hash and row.workflow == wf.name and first_start \
-            and row.retry_of is None:
+    changed = row.definition_hash != wf.definition_hash or row.workflow != wf.name
+    if changed and row.workflow == wf.name and first_start and row.retry_of is None:
         # Queued under another definition of the workflow (a reload or a deploy since, or
         # another machine's version) and never started: it runs the workflow as this
         # executor has it now, like any queued run. Only a run that has started is bound to
-        # its definition.
+        # its definition (the store checks that no step of it has started).
         try:
-            await store.restamp_run(run_id, wf.definition_hash,
-                                    [(s.name, s.kind) for s in wf.spec.steps], owner=owner)
+            changed = not await store.restamp_run(
+                run_id, wf.definition_hash, [(s.name, s.kind) for s in wf.spec.steps],
+                owner=owner)
         except LeaseLost:
             return await store.get_run(run_id)
-    elif row.definition_hash != wf.definition_hash or row.workflow != wf.name:
+    if changed:
         states = await store.step_states(run_id)
         try:
             await store.steps_ended(run_id, [n for n, (status, _) in states.items()

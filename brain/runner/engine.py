@@ -835,10 +835,11 @@ def _internal_error(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None)
     if isinstance(orig, BaseException) and hasattr(exc, "statement"):
         lines = describe(orig).strip().splitlines()
-        text = f"internal error: {type(orig).__name__}: {lines[0] if lines else ''}"[:2000]
-        return scrub(clean_text(text)) or "internal error"
-    text = f"internal error: {type(exc).__name__}: {describe(exc)}"[:2000]
-    return scrub(clean_text(text)) or "internal error"
+        text = f"internal error: {type(orig).__name__}: {lines[0] if lines else ''}"
+    else:
+        text = f"internal error: {type(exc).__name__}: {describe(exc)}"
+    # Scrubbed whole, then cut: a cut first could split a secret and keep its beginning.
+    return (scrub(clean_text(text)) or "internal error")[:2000]
 
 
 def describe(exc: BaseException) -> str:

@@ -207,11 +207,15 @@ class MemoryStore:
             step.status, step.ended_at, step.output, step.error = StepStatus.PENDING.value, None, None, None
 
     async def restamp_run(self, run_id: str, definition_hash: str,
-                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> None:
-        """Give a queued run just taken another definition: its hash and pending steps."""
+                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> bool:
+        """Give a queued run just taken another definition: its hash and pending steps
+        (``False``, nothing changed, if a step of it has started)."""
         run = self._leased(run_id, owner)
+        if any(s.status != StepStatus.PENDING.value or s.tries for s in run.steps.values()):
+            return False
         self._set(run, definition_hash=definition_hash)
         run.steps = {name: _Step(name, kind, i) for i, (name, kind) in enumerate(step_rows)}
+        return True
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,

@@ -217,14 +217,20 @@ class Store(RunQueue):
             status=StepStatus.PENDING.value, ended_at=None, output=None, error=None)), owner)
 
     async def restamp_run(self, run_id: str, definition_hash: str,
-                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> None:
+                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> bool:
         """Give a queued run that ``owner`` has just taken another definition of its
         workflow: the definition's hash, and pending rows for its steps instead of the old
-        ones, in one transaction."""
+        ones, in one transaction. ``False`` (and nothing changed) if a step of it has
+        started after all."""
         _, step_values = queued_run_rows(run_id, "", definition_hash, TriggerData(), step_rows,
                                          utcnow())
+        started = select(func.count()).select_from(steps).where(
+            steps.c.run_id == run_id,
+            or_(steps.c.status != StepStatus.PENDING.value, steps.c.tries > 0))
 
-        def job(conn: Any) -> None:
+        def job(conn: Any) -> bool:
+            if conn.execute(started).scalar():
+                return False
             if not conn.execute(update(runs).where(runs.c.id == run_id,
                                                    runs.c.lease_owner == owner)
                                 .values(definition_hash=definition_hash)).rowcount:
@@ -232,8 +238,9 @@ class Store(RunQueue):
             conn.execute(delete(steps).where(steps.c.run_id == run_id))
             if step_values:
                 conn.execute(insert(steps), step_values)
+            return True
 
-        await self._atomically(job)
+        return bool(await self._atomically(job))
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,

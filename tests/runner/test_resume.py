@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import kill_group_quietly, resume_once_expired, running_step, wait_for, write_source
@@ -205,3 +206,26 @@ def test_resume_of_a_finished_run_returns_none(tmp_path: Path, db_url: str, fail
     assert stored.status == first.status
     assert stored.ended_at == first.ended_at
     assert lines(tmp_path / "ran.txt") == ["x"]  # nothing ran a second time
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_run_with_a_step_begun_keeps_its_definition(tmp_path: Path, backend: str) -> None:
+    """The store re-stamps a taken run only while none of its steps has begun."""
+    import uuid
+
+    from brain.store.memory import MemoryStore
+
+    async def go() -> tuple[bool, str]:
+        store: Any = MemoryStore() if backend == "memory" else Store(
+            f"sqlite:///{tmp_path / 's.db'}")
+        async with store:
+            run_id = uuid.uuid4().hex
+            await store.create_run(run_id=run_id, workflow="w", definition_hash="old",
+                                   trigger=TriggerData(), owner="me:1:x",
+                                   step_rows=[("a", "shell"), ("b", "shell")])
+            await store.steps_ended(run_id, ["a"], StepStatus.SKIPPED, owner="me:1:x")
+            done = await store.restamp_run(run_id, "new", [("c", "shell")], owner="me:1:x")
+            row = await store.run_row(run_id)
+            return done, row.definition_hash
+
+    assert asyncio.run(go()) == (False, "old")
