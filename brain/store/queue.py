@@ -46,6 +46,18 @@ def queued_run_rows(run_id: str, workflow: str, definition_hash: str, trigger: T
     return row, step_values
 
 
+def insert_queued(conn: Any, queued: Sequence[QueuedRun], now: datetime) -> None:
+    """Insert ``queued`` runs (failure handlers), with their pending steps, on ``conn``
+    inside the caller's transaction."""
+    for q in queued:
+        run_row, step_values = queued_run_rows(q.run_id, q.workflow, q.definition_hash,
+                                               q.trigger, q.step_rows, now,
+                                               trigger_key=q.trigger.event)
+        conn.execute(insert(runs), run_row)
+        if step_values:
+            conn.execute(insert(steps), step_values)
+
+
 class RunQueue(Database):
     """The queue's reads and writes, on top of a store's :class:`Database`."""
 
@@ -193,13 +205,7 @@ class RunQueue(Database):
                     steps.c.run_id == run_id,
                     steps.c.status.in_((StepStatus.PENDING.value, StepStatus.RUNNING.value)))
                     .values(status=StepStatus.SKIPPED.value, error=message, ended_at=now))
-                for q in handlers(run_id, event) if handlers else ():
-                    run_row, step_values = queued_run_rows(
-                        q.run_id, q.workflow, q.definition_hash, q.trigger, q.step_rows, now,
-                        trigger_key=q.trigger.event)
-                    conn.execute(insert(runs), run_row)
-                    if step_values:
-                        conn.execute(insert(steps), step_values)
+                insert_queued(conn, handlers(run_id, event) if handlers else (), now)
                 failed.append(str(run_id))
             return failed
 

@@ -29,7 +29,7 @@ from brain.results import (
 from brain.store.base import QueuedRun, RunRecord
 from brain.store.database import lease_clock
 from brain.store.errors import database_problem
-from brain.store.queue import RunQueue, queued_run_rows
+from brain.store.queue import RunQueue, insert_queued, queued_run_rows
 from brain.store.tables import fires, runs, steps, workers
 from brain.store.urls import default_url, redact_url
 
@@ -259,16 +259,10 @@ class Store(RunQueue):
         if not then_queue:
             _check_lease(await self._one(query), owner)
             return now
-        queued = [queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger, q.step_rows,
-                                  now, trigger_key=q.trigger.event) for q in then_queue]
-
         def job(conn: Any) -> None:
             if not conn.execute(query).rowcount and owner is not None:
                 raise LeaseLost("this executor no longer holds the run's lease")
-            for run_row, step_values in queued:
-                conn.execute(insert(runs), run_row)
-                if step_values:
-                    conn.execute(insert(steps), step_values)
+            insert_queued(conn, then_queue, now)
 
         await self._atomically(job)
         return now
