@@ -22,7 +22,11 @@ MIN_SECRET_LENGTH = 8
 REDACTED = "***"
 
 _lock = threading.Lock()
+#: Every form of every secret, as scrubbed.
 _values: set[str] = set()
+#: The secrets themselves, as given to :func:`remember` (a value may also be a form of
+#: another, so this is not a subset check on ``_values``).
+_given: set[str] = set()
 _names: set[str] = set()
 _made_undumpable = False
 
@@ -32,9 +36,10 @@ def remember(value: str | None) -> None:
 
     The forms the value takes when code quotes it are remembered too: inside a
     JSON string, inside Python's ``repr``, and as non-UTF-8 bytes read back
-    with replacement characters.
+    with replacement characters. So is each line of a value of several lines
+    (a key printed line by line), where long enough.
     """
-    if not value or len(value) < MIN_SECRET_LENGTH or value in _values:
+    if not value or len(value) < MIN_SECRET_LENGTH or value in _given:
         return
     from urllib.parse import quote, quote_plus
 
@@ -44,7 +49,9 @@ def remember(value: str | None) -> None:
              quote(value, safe=""), quote_plus(value),
              value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")}
     forms |= {f.strip() for f in forms}  # as printed: a trailing newline is often dropped
+    forms |= {line.strip() for line in value.splitlines()}
     with _lock:
+        _given.add(value)
         _values.update(f for f in forms if len(f) >= MIN_SECRET_LENGTH)
 
 

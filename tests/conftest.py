@@ -39,13 +39,12 @@ def _forget_declared_secret_names() -> Iterator[None]:
     """Secret variables a test's workflows declare must not be withheld from other tests'
     steps (in one process they would be, as they are for every workflow defined in it), and
     secret values a test remembers must not be scrubbed from other tests' outputs."""
-    saved, values = set(_secrets._names), set(_secrets._values)
+    saved = {name: set(getattr(_secrets, name)) for name in ("_names", "_values", "_given")}
     yield
     with _secrets._lock:
-        _secrets._names.clear()
-        _secrets._names.update(saved)
-        _secrets._values.clear()
-        _secrets._values.update(values)
+        for name, kept in saved.items():
+            getattr(_secrets, name).clear()
+            getattr(_secrets, name).update(kept)
 
 
 @pytest.fixture

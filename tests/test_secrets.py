@@ -4,11 +4,13 @@ orchestrator's environment."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -301,17 +303,11 @@ def test_a_tail_keeps_no_piece_of_a_secret_wherever_the_cut_falls(
         value: str, before: str, after: str, lines: int, limit: int) -> None:
     """However often a secret repeats and wherever the tail's cut lands (inside it, just
     before it, in the text around it), no piece of it of 8 characters or more is left."""
-    from brain import _secrets
     from brain.executors.base import tail_text
 
-    known = set(_secrets._values)  # each example with only its own secret added
-    _secrets.remember(value)
-    try:
+    with _only_adding(value):  # each example with only its own secret added
         data = ((before + value + after + "\n") * lines).encode()
         tail = tail_text(data, limit) or ""
-    finally:
-        _secrets._values.clear()
-        _secrets._values.update(known)
     assert len(tail.encode()) <= limit
     for size in range(MIN_SECRET_LENGTH, len(value) + 1):
         for piece in {value[:size], value[-size:]}:
@@ -323,16 +319,10 @@ def test_a_tail_keeps_no_piece_of_a_secret_wherever_the_cut_falls(
                      max_size=60), pad=st.integers(1900, 2100))
 def test_an_internal_error_cut_to_its_limit_keeps_no_piece_of_a_secret(value: str,
                                                                        pad: int) -> None:
-    from brain import _secrets
     from brain.runner.engine import _internal_error
 
-    known = set(_secrets._values)
-    _secrets.remember(value)
-    try:
+    with _only_adding(value):
         text = _internal_error(LookupError("u" * pad + " with token " + value))
-    finally:
-        _secrets._values.clear()
-        _secrets._values.update(known)
     assert len(text) <= 2000
     for size in range(MIN_SECRET_LENGTH, len(value) + 1):
         assert value[:size] not in text and value[-size:] not in text
@@ -344,17 +334,52 @@ def test_an_internal_error_cut_to_its_limit_keeps_no_piece_of_a_secret(value: st
        gaps=st.lists(st.sampled_from([" ", "  ", "\t", "\n", " \n "]), min_size=4, max_size=4))
 def test_an_llm_error_preview_keeps_no_secret_with_whitespace_inside(words: list[str],
                                                                      gaps: list[str]) -> None:
-    from brain import _secrets
     from brain.executors.llm import _preview
 
     value = "".join(w + g for w, g in zip(words, gaps, strict=False)) + "END"
     if len(value) < MIN_SECRET_LENGTH:
         value += "x" * MIN_SECRET_LENGTH
-    known = set(_secrets._values)
+    with _only_adding(value):
+        shown = _preview('{"error": "invalid api key Bearer ' + value + '"}')
+    assert value not in shown and " ".join(value.split()) not in shown
+
+
+@contextlib.contextmanager
+def _only_adding(value: str) -> Iterator[None]:
+    """Remember ``value`` for the block only (hypothesis examples share one test)."""
+    from brain import _secrets
+
+    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given")}
     _secrets.remember(value)
     try:
-        shown = _preview('{"error": "invalid api key Bearer ' + value + '"}')
+        yield
     finally:
-        _secrets._values.clear()
-        _secrets._values.update(known)
-    assert value not in shown and " ".join(value.split()) not in shown
+        for name, kept in saved.items():
+            getattr(_secrets, name).clear()
+            getattr(_secrets, name).update(kept)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/=", min_size=8,
+                              max_size=40), min_size=2, max_size=6),
+       label=st.text("abc :-", max_size=10))
+def test_a_secret_of_several_lines_printed_line_by_line_is_scrubbed(lines: list[str],
+                                                                     label: str) -> None:
+    """A key printed one line at a time, each with its own prefix, shows none of its lines."""
+    from brain._secrets import scrub
+
+    value = "-----BEGIN KEY-----\n" + "\n".join(lines) + "\n-----END KEY-----"
+    with _only_adding(value):
+        printed = scrub("".join(f"{label}{line}\n" for line in value.splitlines())) or ""
+    for line in lines:
+        assert line not in printed
+
+
+def test_a_secret_that_is_a_form_of_another_keeps_its_own_forms() -> None:
+    from urllib.parse import quote
+
+    from brain._secrets import remember, scrub
+
+    remember("p@ss/word:42 ")  # its stripped form is the next secret
+    remember("p@ss/word:42")
+    assert scrub(quote("p@ss/word:42", safe="")) == "***"

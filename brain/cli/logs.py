@@ -17,7 +17,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from brain._secrets import scrub
+from brain._secrets import longest, scrub
 from brain.cli import render
 from brain.results import clean_text
 
@@ -113,8 +113,8 @@ class Throttle(logging.Filter):
 
 
 class _LinesToLog(io.TextIOBase):
-    """A text stream whose writes become records of ``logger`` (JSON mode's ``sys.stdout``
-    and ``sys.stderr``: what a ``@step`` or a library prints). What was written until a
+    """A text stream whose writes become records of ``logger`` (the serving process's
+    ``sys.stdout`` and ``sys.stderr``: what a ``@step`` or a library prints). What was written until a
     write ends a line is one record, so one ``print()`` of several lines (a key, say) is
     one message, scrubbed whole."""
 
@@ -141,9 +141,16 @@ class _LinesToLog(io.TextIOBase):
             return len(text)
         with self._lock:
             self._pending += text
-            if not self._pending.endswith("\n") and len(self._pending) < _HOLD_AT_MOST:
+            if self._pending.endswith("\n"):
+                done, self._pending = self._pending.rstrip("\n"), ""
+            elif len(self._pending) >= _HOLD_AT_MOST:
+                # Too long to wait for the end of its line: out goes all but its last
+                # characters, which may begin a secret still being written. It is scrubbed
+                # whole first, so no secret is split between the two.
+                scrubbed, keep = scrub(self._pending) or "", longest()
+                done, self._pending = scrubbed[:len(scrubbed) - keep], scrubbed[len(scrubbed) - keep:]
+            else:
                 return len(text)  # print() writes its text, then its end: wait for the end
-            done, self._pending = self._pending.rstrip("\n"), ""
         if done.strip():
             self._inside.yes = True
             try:
@@ -175,14 +182,15 @@ def _unraisable(args: sys.UnraisableHookArgs) -> None:
 def setup_logging() -> None:
     """Send every logger's lines to stderr through one handler, in the chosen format: The
     Brain's from INFO, other libraries' from WARNING, and also Python's warnings and the
-    exceptions no thread caught. In JSON, each line printed to stdout or stderr becomes a
-    record too (loggers ``stdout`` and ``stderr``)."""
+    exceptions no thread caught. What is printed to stdout or stderr becomes records too
+    (loggers ``stdout`` and ``stderr``)."""
     stream = sys.stderr
-    if json_format():
-        sys.stdout.flush()
-        stream.flush()
-        sys.stdout = _LinesToLog("stdout", logging.INFO, sys.stdout.fileno())
-        sys.stderr = _LinesToLog("stderr", logging.WARNING, stream.fileno())
+    sys.stdout.flush()
+    stream.flush()
+    # The terminal output of the command itself (its start-up line) goes out as before.
+    render.err.file, render.out.file = stream, sys.stdout
+    sys.stdout = _LinesToLog("stdout", logging.INFO, sys.stdout.fileno())
+    sys.stderr = _LinesToLog("stderr", logging.WARNING, stream.fileno())
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if json_format() else TextFormatter())
     # Lines any client can cause by connecting (over the connection limit, a malformed

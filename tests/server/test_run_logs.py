@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import unicodedata
 from pathlib import Path
@@ -143,7 +144,13 @@ def test_json_lines_carry_the_run_workflow_and_step(tmp_path: Path) -> None:
 
 
 def test_text_lines_name_the_run_and_are_one_per_event(tmp_path: Path) -> None:
-    stderr, ok, bad = _serve_and_run(tmp_path, "text")
+    stderr, ok, bad = _serve_and_run(tmp_path, "text", more=("everything",))
+    assert (tmp_path / "serve.stdout").read_text() == ""  # prints are records too
+    assert "INFO stdout: hello\\nworld" in stderr and "WARNING stderr: printed ***" in stderr
+    stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
+    for line in stderr.splitlines():  # a record's line, a traceback's, or the command's own
+        assert stamp.match(line) or line.startswith("    ") or line.startswith(
+            ("The Brain: ", "stopping: ", "stopped")), line
     run_lines = [line for line in stderr.splitlines() if " brain.runs: " in line]
     assert sum(ok in line for line in run_lines) == 2
     assert sum(bad in line for line in run_lines) == 3
@@ -237,3 +244,31 @@ def test_what_a_step_prints_is_one_record_per_print_without_the_secret(
     for line in lines:
         assert "\n" not in line and secret not in json.loads(line)["message"]
     assert json.loads(lines[-1])["message"] == "second"
+
+
+def test_a_long_unended_print_is_cut_without_splitting_a_secret() -> None:
+    from brain.cli.logs import _HOLD_AT_MOST, _LinesToLog
+
+    secret = "Sekr3t-VALUE-0123456789"
+    remember(secret)
+    messages: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(json.loads(JsonFormatter().format(record))["message"])
+
+    logger = logging.getLogger("test-long-prints")
+    logger.handlers[:] = [keep := Keep()]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        for split in range(1, len(secret)):
+            stream = _LinesToLog("test-long-prints", logging.INFO, 1)
+            stream.write("a" * (_HOLD_AT_MOST - split) + secret[:split])
+            stream.write(secret[split:] + "\n")
+    finally:
+        logger.removeHandler(keep)
+    assert len(messages) == 2 * (len(secret) - 1)  # each long print: its start, then its end
+    shown = "\n".join(messages)
+    for size in range(8, len(secret) + 1):
+        assert secret[:size] not in shown and secret[-size:] not in shown
