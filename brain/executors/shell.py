@@ -76,8 +76,8 @@ class ShellExecutor:
             raise StepFailed(f"working folder {cwd} does not exist", retryable=False)
         stdin_data = payload.get("stdin")
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=cwd,
+            proc = await _start(
+                argv, cwd=cwd,
                 env=child_environment(ctx.protected_env, payload["env"]) | run_marker(ctx),
                 stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -161,6 +161,24 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
         pass  # the command did not read all its input: that is its business
     finally:
         proc.stdin.close()
+
+
+async def _start(argv: Sequence[str], **options: Any) -> asyncio.subprocess.Process:
+    """Start the process. A cancel that arrives meanwhile (a sibling failed, the run was
+    cancelled) waits for the start to finish, kills the new process's whole group and its
+    pipes, then goes on: cancelled inside asyncio's start, the process could be left
+    running, and the step would wait for whatever it started to close the pipes."""
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **options))
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await asyncio.wait([spawn])
+            proc = spawn.result()
+            signal_group(proc.pid, signal.SIGKILL)
+            _close_pipes(proc)
+            await asyncio.wait_for(_exited(proc), KILL_GRACE_SECONDS)
+        raise
 
 
 async def _end_group(pgid: int, readers: Sequence[asyncio.Future[None]]) -> None:

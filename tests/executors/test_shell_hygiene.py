@@ -66,3 +66,45 @@ def test_a_step_that_passes_the_secret_itself_gets_it(brain_db: MemoryStore,
     r = secret_own.run(store=brain_db)
     assert r.succeeded, r.error
     assert out.read_text() == "own-token-value-5678"
+
+
+def test_a_cancel_while_the_process_starts_stops_it_at_once() -> None:
+    """A sibling's failure or a cancel can reach a step while asyncio is still starting its
+    process. Wherever it lands, the cancel ends the step at once, and nothing the process
+    started is left running (asyncio alone would wait for its children to close the
+    pipes, here 30 s)."""
+    import asyncio
+    import time
+
+    from brain.executors.shell import _start
+
+    tag = uuid.uuid4().hex
+
+    async def cancel_after(loops: int) -> float | None:
+        started = asyncio.ensure_future(_start(
+            ["/bin/sh", "-c", f"sleep 30 {tag} & wait"], stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True))
+        for _ in range(loops):
+            await asyncio.sleep(0)
+        started.cancel()
+        t0 = time.monotonic()
+        try:
+            proc = await started
+        except asyncio.CancelledError:
+            return time.monotonic() - t0
+        os.killpg(proc.pid, 9)  # it had started before the cancel: not this test's case
+        await proc.wait()
+        return None
+
+    async def sweep() -> list[float | None]:
+        return [await asyncio.wait_for(cancel_after(loops), 20) for loops in range(12)]
+
+    try:
+        waited = asyncio.run(sweep())
+        assert any(w is not None for w in waited)
+        assert all(w is None or w < 3 for w in waited), waited
+        time.sleep(0.2)
+        left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
+        assert left.stdout == "", "a process started by a cancelled step is still running"
+    finally:
+        subprocess.run(["pkill", "-f", tag], check=False)
