@@ -25,6 +25,7 @@ from brain._errors import LeaseLost, PlaceholderError, StepFailed
 from brain._secrets import (
     declare_secret_names,
     declared_secret_names,
+    longest,
     make_undumpable,
     remember,
     remember_environment,
@@ -838,8 +839,9 @@ def _internal_error(exc: BaseException) -> str:
         text = f"internal error: {type(orig).__name__}: {lines[0] if lines else ''}"
     else:
         text = f"internal error: {type(exc).__name__}: {describe(exc)}"
-    # Scrubbed whole, then cut: a cut first could split a secret and keep its beginning.
-    return (scrub(clean_text(text)) or "internal error")[:2000]
+    # Scrubbed, then cut: a cut first could split a secret and keep its beginning. (Only
+    # what the cut keeps, and a secret's length more, needs scrubbing.)
+    return (scrub(clean_text(text[:2000 + longest()])) or "internal error")[:2000]
 
 
 def describe(exc: BaseException) -> str:
