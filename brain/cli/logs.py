@@ -221,9 +221,9 @@ def announce(message: str) -> None:
 
 def say(message: str, level: str = "INFO") -> None:
     """A line from a signal handler: one unbuffered write, no rich or logging locks."""
-    if json_format():
-        message = json.dumps({"time": iso_time(time.time()), "level": level,
-                              "logger": "brain.server", "message": _safe(message)})
+    if json_format():  # the formatter's own shape; formatting takes no lock
+        message = JsonFormatter().format(logging.LogRecord(
+            "brain.server", logging.getLevelName(level), __file__, 0, "%s", (message,), None))
     os.write(2, (message + "\n").encode())
 
 

@@ -4,11 +4,13 @@ failure, with the run id, the workflow and the step, as text or as JSON
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import sys
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -217,6 +219,25 @@ def test_an_error_before_serving_is_a_json_line_too(tmp_path: Path) -> None:
     assert error["level"] == "ERROR" and "missing" in error["message"]
 
 
+@contextlib.contextmanager
+def _json_lines_of(name: str) -> Iterator[list[str]]:
+    """The JSON lines logger ``name`` writes within the block (from INFO)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(JsonFormatter().format(record))
+
+    logger = logging.getLogger(name)
+    logger.handlers[:] = [keep := Keep()]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(keep)
+
+
 @settings(max_examples=200, deadline=None)
 @given(secret=SECRET, before=st.text(), after=st.text())
 def test_what_a_step_prints_is_one_record_per_print_without_the_secret(
@@ -224,22 +245,11 @@ def test_what_a_step_prints_is_one_record_per_print_without_the_secret(
     from brain.cli.logs import _LinesToLog
 
     remember(secret)
-    lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(JsonFormatter().format(record))
-
-    logger = logging.getLogger("test-prints")
-    logger.handlers[:] = [keep := Keep()]
-    logger.propagate = False
-    try:
+    with _json_lines_of("test-prints") as lines:
         stream = _LinesToLog("test-prints", logging.WARNING, 2)
         print(before + secret + after, file=stream)
         print("second", file=stream, end="")
         stream.flush()
-    finally:
-        logger.removeHandler(keep)
     assert len(lines) == 2 if (before + secret + after).strip() else len(lines) == 1
     for line in lines:
         assert "\n" not in line and secret not in json.loads(line)["message"]
@@ -251,23 +261,12 @@ def test_a_long_unended_print_is_cut_without_splitting_a_secret() -> None:
 
     secret = "Sekr3t-VALUE-0123456789"
     remember(secret)
-    messages: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(json.loads(JsonFormatter().format(record))["message"])
-
-    logger = logging.getLogger("test-long-prints")
-    logger.handlers[:] = [keep := Keep()]
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    try:
+    with _json_lines_of("test-long-prints") as lines:
         for split in range(1, len(secret)):
             stream = _LinesToLog("test-long-prints", logging.INFO, 1)
             stream.write("a" * (_HOLD_AT_MOST - split) + secret[:split])
             stream.write(secret[split:] + "\n")
-    finally:
-        logger.removeHandler(keep)
+    messages = [json.loads(line)["message"] for line in lines]
     assert len(messages) == 2 * (len(secret) - 1)  # each long print: its start, then its end
     shown = "\n".join(messages)
     for size in range(8, len(secret) + 1):
