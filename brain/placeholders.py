@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -31,6 +31,8 @@ _SCAN = re.compile(r"\{\{(" + _BODY + r")\}\}|(?<!\$)\{(" + _BODY + r")\}")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 RefKind = Literal["step", "previous", "trigger", "each"]
+#: How a value is written into a shell command: see :func:`quote_for`.
+Quoting = Literal["bare", "double", "single"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +106,19 @@ def has_placeholders(text: str) -> bool:
     return any(isinstance(p, Ref) for p in parse(text))
 
 
-def render(text: str, lookup: Callable[[Ref], str], *, shell_quote: bool = False) -> str:
+def render(text: str, lookup: Callable[[Ref], str], *,
+           shell_quote: bool | Sequence[Quoting] = False) -> str:
     """Fill in ``text`` in one pass; ``lookup`` gives each placeholder's value.
 
-    With ``shell_quote`` each value is inserted shell-quoted, so it stays one
-    word of data whatever it holds. A value containing NUL raises
-    :class:`PlaceholderError`.
+    With ``shell_quote=True`` each value is inserted shell-quoted, so it stays
+    one word of data whatever it holds. A sequence gives, placeholder by
+    placeholder, how each value is written in (``bare``: shell-quoted;
+    ``double``: escaped for ``"…"``; ``single``: escaped for ``'…'``), as
+    :func:`brain.shell_check.render_command` decides. A value containing NUL
+    raises :class:`PlaceholderError`.
     """
     parts = parse(text)
+    quoting = iter(shell_quote) if not isinstance(shell_quote, bool) else None
     out: list[str] = []
     for part in parts:
         if isinstance(part, str):
@@ -120,5 +127,28 @@ def render(text: str, lookup: Callable[[Ref], str], *, shell_quote: bool = False
         value = lookup(part)
         if "\x00" in value:
             raise PlaceholderError(f"the value of {part.text} contains a NUL byte")
-        out.append(shlex.quote(value) if shell_quote else value)
+        if quoting is not None:
+            out.append(quote_for(next(quoting, "bare"), value))
+        else:
+            out.append(shlex.quote(value) if shell_quote else value)
     return "".join(out)
+
+
+def quote_for(quoting: Quoting, value: str) -> str:
+    r"""``value`` written so that it is plain data where it stands: shell-quoted as a bare
+    word, escaped inside ``"…"`` (a backslash before ``$``, a backquote, ``"`` and ``\``),
+    or inside ``'…'`` (each ``'`` written ``'\''``).
+
+    >>> print(quote_for("double", 'say "$HOME"'))
+    say \"\$HOME\"
+    >>> print(quote_for("single", "it's"))
+    it'\''s
+    """
+    if quoting == "double":
+        return _DOUBLE_SPECIAL.sub(r"\\\g<0>", value)
+    if quoting == "single":
+        return value.replace("'", "'\\''")
+    return shlex.quote(value)
+
+
+_DOUBLE_SPECIAL = re.compile(r'[$`"\\]')

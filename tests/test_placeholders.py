@@ -211,15 +211,10 @@ def test_a_nul_byte_in_a_value_fails_the_step_at_run_time() -> None:
 @pytest.mark.parametrize(
     ("command", "context"),
     [
-        ("echo '{x}'", "single quotes"),
-        ("awk '{print {x}}'", "single quotes"),
-        ("echo 'line one\n{x}\n'", "single quotes"),
-        ('echo "{x}"', "double quotes"),
-        ('echo "hello {x}!"', "double quotes"),
-        ('echo "${VAR:-{x}}"', "double quotes"),
-        ('echo $(printf "%s" "{x}")', "double quotes"),
-        ("cat <<< '{x}'", "single quotes"),
+        ('echo "${VAR:-{x}}"', "quotes within ${…}"),
+        ("echo ${VAR:-'{x}'}", "quotes within ${…}"),
         ("echo $'{x}'", "$'"),
+        ('echo $"{x}"', '$"'),
         ("echo `cat {x}`", "backticks"),
         ('echo "`cat {x}`"', "backticks"),
         ("cat <<EOF\n{x}\nEOF", "here-document"),
@@ -228,17 +223,39 @@ def test_a_nul_byte_in_a_value_fails_the_step_at_run_time() -> None:
         ("cat <<'EOF'\n{x}\nEOF", "here-document"),
         ('cat <<"EOF"\n{x}\nEOF', "here-document"),
         ("cat <<EOF\n$(echo {x})\nEOF", "here-document"),
+        ("cat <<EOF\n\"{x}\"\nEOF", "here-document"),
         ("cat <<A\nfirst\nA\ncat <<B\n{x}\nB", "here-document"),
-        ("echo '{previous.x}'", "single quotes"),
-        ('echo "{trigger.headers.X-Id}"', "double quotes"),
     ],
 )
-def test_placeholder_inside_quotes_or_here_document_is_a_problem(command: str, context: str) -> None:
+def test_placeholder_inside_here_document_or_odd_quotes_is_a_problem(command: str,
+                                                                     context: str) -> None:
     problem = shell_problem(command)
     assert problem is not None
     assert context in problem
     assert refs(command)[0].text in problem
-    assert "bare" in problem
+
+
+@pytest.mark.parametrize(
+    ("command", "quoting"),
+    [
+        ("echo '{x}'", ("single",)),
+        ("echo 'line one\n{x}\n'", ("single",)),
+        ('echo "{x}"', ("double",)),
+        ('echo "hello {x}!"', ("double",)),
+        ('echo "$(printf "%s" "{x}")"', ("double",)),
+        ("cat <<< '{x}'", ("single",)),
+        ("echo '{previous.x}' {x}", ("single", "bare")),
+        ('echo "{trigger.headers.X-Id}"', ("double",)),
+        ("""echo "it's {x}" '"{y}"' {z}""", ("double", "single", "bare")),
+        ('echo "$(echo \'{x}\')"', ("single",)),
+        ('echo "$(echo {x})"', ("bare",)),
+    ],
+)
+def test_placeholder_inside_quotes_is_escaped_for_its_quotes(
+        command: str, quoting: tuple[str, ...]) -> None:
+    from brain.shell_check import _check
+
+    assert _check(command) == (None, quoting)
 
 
 @pytest.mark.parametrize(
@@ -246,9 +263,8 @@ def test_placeholder_inside_quotes_or_here_document_is_a_problem(command: str, c
     [
         "echo {x}",
         "grep -e {x} -- {y} | wc -l",
-        "echo $(cat {x})",
         'echo "$(cat {x})"',
-        "echo $(echo $(cat {x}))",
+        'echo "$(echo "$(cat {x})")"',
         "cat <<< {x}",
         "echo ${VAR:-{x}}",
         "awk '{print $2}' {x}",
@@ -296,6 +312,33 @@ payloads = st.lists(st.one_of(st.sampled_from(_TRICKY), _TEXT), max_size=12).map
 def test_any_text_is_printed_back_byte_identical_by_sh(text: str) -> None:
     command = render("printf '%s' {x}", values({"x": text}), shell_quote=True)
     assert run_sh(command) == text.encode()
+
+
+_QUOTED_FORMS = [
+    ("printf '%s|' \"{x}\"", "{v}|"),
+    ("printf '%s|' \"pre {x} post\"", "pre {v} post|"),
+    ("printf '%s|' '{x}'", "{v}|"),
+    ("printf '%s|' 'it''s {x}'\"!\"", "its {v}!|"),
+    ("printf '%s|' \"$(printf '%s' \"{x}\")\"", "{vstrip}|"),
+    ("printf '%s|' \"$(printf '%s' '{x}')\"", "{vstrip}|"),
+    ("printf '%s|' \"a {x} b\" '{x}' {x}", "a {v} b|{v}|{v}|"),
+]
+
+
+@settings(max_examples=120, deadline=None)
+@given(payloads)
+@example("\\")
+@example("'\"$(echo INJECTED)`echo INJECTED`\\\n")
+def test_values_inside_quotes_come_back_byte_identical_from_dash_and_bash(text: str) -> None:
+    """Inside "…" and '…' each value is escaped for its quotes: it stays the same text."""
+    from brain.shell_check import render_command
+
+    for template, expected in _QUOTED_FORMS:
+        want = expected.replace("{vstrip}", text.rstrip("\n")).replace("{v}", text)
+        command = render_command(template, values({"x": text}))
+        for shell_argv in (["dash", "-c"], ["bash", "--posix", "-c"]):
+            done = subprocess.run([*shell_argv, command], capture_output=True, timeout=10)
+            assert done.stdout == want.encode(), (shell_argv, template, command)
 
 
 @settings(max_examples=25, deadline=None)

@@ -32,8 +32,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brain.placeholders import Ref, refs, render
-from brain.shell_check import shell_problem
+from brain.placeholders import Ref, refs
+from brain.shell_check import render_command, shell_problem
 
 SHELLS = {"dash": ["dash", "-c"], "bash --posix": ["bash", "--posix", "-c"]}
 pytestmark = pytest.mark.skipif(not all(shutil.which(s[0]) for s in SHELLS.values()),
@@ -114,10 +114,13 @@ class Grammar:
                 f"$(echo {ph})$(( 1 ))", f"\\\n{ph}",
             ])
         if r.random() < 0.08:
-            return f"$({self.simple(depth + 1) if depth < 2 else 'echo ' + ph})"
+            return f'"$({self.simple(depth + 1) if depth < 2 else "echo " + ph})"'
         return r.choice([ph, ph, ph, ph, r.choice(LITS), f"pre{ph}post", f"/tmp/{ph}.txt",
                          f'"$(printf %s {ph})"', "${v:-" + ph + "}", "${v#" + ph + "}",
-                         "${v%%" + ph + "}", f"--opt={ph}"])
+                         "${v%%" + ph + "}", f"--opt={ph}", f'"{ph}"', f"'{ph}'",
+                         f'"Hello, {ph}!"', f"'it'\\''s {ph}'", f'"$HOME/{ph} $v"',
+                         f'"a {ph} \\"b\\" {ph}"', f"'\"{ph}\"'", f'"\'{ph}\'"',
+                         f'"$(echo "{ph}")"', f"\"$(echo '{ph}')\"", f'"$(date): {ph}"'])
 
     def word(self, depth: int) -> str:
         return "".join(self.piece(depth) for _ in range(self.r.choice([1, 1, 1, 2, 3])))
@@ -189,6 +192,9 @@ class Grammar:
             f"case {w} in {self.word(0)}) {s2};; esac",
             f"case x in {w}) {s1};; esac",
             f"for i in {w}; do {s2}; done", f"for i in {w}; do echo $(( i )); done",
+            f"cat <<{dl}\nhdr\n{tab}EOF\\\n{r.choice(['', chr(10), chr(10) * 2])}{s1}",
+            f"cat <<{dl}\nhdr \\\n{tab}EOF\n{s1}", f"{s1} <<< {w}", f"sh <<< {w}",
+            f"bash -s <<< {w}", f". /dev/stdin <<< {w}", f"python3 <<< {w}",
             f"{s1} <<{dl}{r.choice(['', ' | cat', ' > o', ' && echo done'])}\n"
             f"{tab}{self.words(0) or w}\n{tab}EOF",
             f"{s2} # {self.words(0)}\necho after",
@@ -220,7 +226,9 @@ HOSTILE = ["$(touch MARK)", "`touch MARK`", ";touch MARK;#", "\ntouch MARK #", "
            '"$(touch MARK)"', "}$(touch MARK)", ")$(touch MARK)", "$(touch MARK)'", "-c",
            "touch MARK", "touch${IFS}MARK", "-e", "--", "2", ">", "EOF\ntouch MARK\nEOF", "!",
            "&touch MARK&", "|touch MARK", "-v a[$(touch MARK)]", "*", "$((a[$(touch MARK)]))",
-           "\ntouch MARK\n", "' ; touch MARK ; '", "-p", "e", "x]", "a[$(touch MARK)]=1", ""]
+           "\ntouch MARK\n", "' ; touch MARK ; '", "-p", "e", "x]", "a[$(touch MARK)]=1", "",
+           '\\"$(touch MARK)"', '$(touch MARK)\\', "\\$(touch MARK)", "\\`touch MARK`",
+           "'\\''$(touch MARK)", "open('MARK', 'w')", "\\\n$(touch MARK)"]
 VALUES = st.one_of(*(st.just(v) for v in HOSTILE),
                    st.text(alphabet=st.sampled_from(list("$(){}[]`'\"\\;|&<> \n#-=av")),
                            max_size=8).map(lambda s: s + "$(touch MARK)"))
@@ -276,7 +284,7 @@ def test_accepted_templates_never_run_a_placeholder_value_under_dash_or_bash_pos
                     marker = where / "MARKER"
                     values = {n: v.replace("MARK", str(marker))
                               for n, v in zip(names, picks, strict=True)}
-                    command = render(template, _lookup(values), shell_quote=True)
+                    command = render_command(template, _lookup(values))
                     jobs.append((shell_name, template, values, marker,
                                  pool.submit(_run, shell, command, where)))
         for shell_name, template, values, marker, job in jobs:

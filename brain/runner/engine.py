@@ -36,6 +36,7 @@ from brain.dsl.tracing import MAX_ITEMS
 from brain.executors import Executor, StepContext, default_executors
 from brain.executors.base import PreparedStep, StepOutput
 from brain.placeholders import Ref, render
+from brain.shell_check import render_command
 from brain.results import RunStatus, StepStatus, TriggerData, base_name, clean_text
 from brain.runner.events import EventHandler, StepEvent
 from brain.store.base import QueuedRun
@@ -161,7 +162,7 @@ class RunExecution:
         return t.headers[header]
 
     def _resolve(self, text: str, shell_quote: bool) -> str:
-        return render(text, self._lookup, shell_quote=shell_quote)
+        return _fill(text, self._lookup, shell_quote)
 
     def _resolver(self, scope: _Scope | None) -> Callable[[str, bool], str]:
         """Placeholder filling for a step, inside a ``for_each`` instance or not."""
@@ -176,7 +177,7 @@ class RunExecution:
             return self._lookup(ref)
 
         def resolve(text: str, shell_quote: bool) -> str:
-            return render(text, lookup, shell_quote=shell_quote)
+            return _fill(text, lookup, shell_quote)
         return resolve
 
     async def _load_previous(self) -> None:
@@ -851,3 +852,9 @@ def describe(exc: BaseException) -> str:
         return str(exc)
     except Exception:
         return f"{type(exc).__name__} (its message could not be read)"
+
+
+def _fill(text: str, lookup: Callable[[Ref], str], shell_quote: bool) -> str:
+    """A field filled in: a shell command (``shell_quote``) quoted as the check decided
+    for each placeholder (bare, in "…" or in '…'), anything else raw."""
+    return render_command(text, lookup) if shell_quote else render(text, lookup)

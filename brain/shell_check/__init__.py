@@ -27,66 +27,24 @@ from __future__ import annotations
 import re
 import shlex
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from brain import placeholders
+from brain._errors import PlaceholderError
+from brain.placeholders import Quoting
+from brain.shell_check.programs import STDIN_FILES, Program, program_of
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tree_sitter import Node, Parser
 
 _ADVICE = ("write it as a separate argument of a command (e.g. printf '%s\\n' {x}), or pass the "
            "value through env= (and use \"$VAR\") or stdin=")
-_QUOTE_ADVICE = "write it bare (without quotes): its value is shell-quoted for you"
+_QUOTE_ADVICE = "write it bare or inside plain \"…\" or '…' quotes: its value is escaped for you"
 
-# Commands whose arguments become shell code.
-_RUNS_CODE = {
-    "eval", ".", "source", "trap", "alias", "unalias", "bind", "complete", "compgen", "compopt",
-    "enable", "fc", "history", "jobs", "ssh", "su", "runuser", "watch", "script", "parallel",
-    "flock",
-}
-# Builtins that take variable names, options or arithmetic; bash evaluates array
-# subscripts there, so 'a[$(cmd)]' runs cmd.
-_TAKES_NAMES = {
-    "let", "declare", "typeset", "local", "export", "readonly", "unset", "read", "readarray",
-    "mapfile", "getopts", "wait", "set", "shopt", "hash", "select", "ulimit", "caller", "shift",
-    "return", "exit", "break", "continue",
-}
-# Programs that run a command given in their arguments.
-_WRAPPERS = {
-    "command", "builtin", "exec", "env", "nice", "nohup", "time", "timeout", "setsid", "stdbuf",
-    "xargs", "sudo", "doas", "chrt", "ionice", "taskset", "chroot", "unbuffer",
-    "busybox", "coproc", "strace", "ltrace", "setpriv", "unshare", "nsenter", "systemd-run",
-    "firejail", "valgrind", "catchsegv", "fakeroot", "proot", "torsocks", "proxychains",
-    "proxychains4", "caffeinate", "chpst", "softlimit", "envdir", "setuidgid", "s6-setuidgid",
-}
-# Programs whose program text is code; (options that give the code, options taking an
-# argument). A placeholder may follow the program text, never stand in it or before it.
-_INTERPRETERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    name: (frozenset(code), frozenset(args)) for name, code, args in [
-        ("sed", ("-e", "--expression", "-f", "--file"), ("-l", "--line-length")),
-        ("awk", ("-f", "--file", "-e", "--source"), ("-F", "-v", "--field-separator", "--assign")),
-        ("gawk", ("-f", "--file", "-e", "--source"), ("-F", "-v", "--field-separator", "--assign")),
-        ("mawk", ("-f",), ("-F", "-v")),
-        ("nawk", ("-f",), ("-F", "-v")),
-        ("busybox", (), ()),
-        ("perl", ("-e", "-E"), ("-I", "-M", "-m")),
-        ("ruby", ("-e",), ("-I", "-r")),
-        ("node", ("-e", "--eval", "-p", "--print"), ("-r", "--require")),
-        ("nodejs", ("-e", "--eval", "-p", "--print"), ("-r", "--require")),
-        ("php", ("-r",), ("-d", "-c")),
-        ("lua", ("-e",), ("-l",)),
-        ("python", ("-c", "-m"), ("-W", "-X")),
-        ("Rscript", ("-e",), ()),
-        ("tclsh", (), ()),
-    ]}
-_PYTHON = re.compile(r"python[0-9.]*|pypy[0-9.]*")
 # Wrappers with no option that takes an argument: the first plain word is the program.
 _PLAIN_WRAPPERS = {"command", "builtin", "nohup", "setsid", "coproc", "time"}
-_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "ash", "yash", "posh",
-           "rbash", "fish", "csh", "tcsh", "rc", "es", "oksh", "loksh", "hush", "osh", "oil"}
-_SHELL_OPTS_WITH_ARG = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
 _TEST_UNARY = {"!", "-b", "-c", "-d", "-e", "-f", "-g", "-h", "-k", "-L", "-n", "-N", "-O",
                "-G", "-p", "-r", "-s", "-S", "-t", "-u", "-w", "-x", "-z", "-a", "-o"}
 _TEST_BINARY = {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot",
@@ -126,10 +84,27 @@ def shell_problem(command: str) -> str | None:
 
     >>> shell_problem("grep -- {pattern} notes.txt") is None
     True
-    >>> shell_problem('echo "{x}"')  # doctest: +ELLIPSIS
-    'placeholder {x} is inside double quotes "…"; write it bare ...'
+    >>> shell_problem('echo "Hello, {name}!"') is None
+    True
+    >>> shell_problem("eval {x}")  # doctest: +ELLIPSIS
+    'placeholder {x} is an argument of eval, which runs its arguments as shell code; ...'
     """
-    return _check(command)
+    return _check(command)[0]
+
+
+def render_command(command: str, lookup: Callable[[placeholders.Ref], str]) -> str:
+    r"""Fill in shell ``command`` as the runner runs it: each value shell-quoted where it
+    stands bare, escaped for double quotes inside ``"…"`` and for single quotes inside
+    ``'…'``. Raises :class:`~brain.PlaceholderError` for a command the check refuses
+    (a value must never be written where it would not be data).
+
+    >>> print(render_command('echo "Hi, {who}!" {who}', lambda ref: "it's $HOME"))
+    echo "Hi, it's \$HOME!" 'it'"'"'s $HOME'
+    """
+    problem, quoting = _check(command)
+    if problem is not None:
+        raise PlaceholderError(problem)
+    return placeholders.render(command, lookup, shell_quote=quoting)
 
 
 def argv_problem(words: Sequence[str]) -> str | None:
@@ -146,14 +121,28 @@ def argv_problem(words: Sequence[str]) -> str | None:
     command = " ".join(
         "".join(shlex.quote(p) if isinstance(p, str) else p.text for p in placeholders.parse(w))
         or "''" for w in words)
-    return _check(command)
+    return _check(command)[0]
 
 
 @lru_cache(maxsize=1024)
-def _check(command: str) -> str | None:
+def _check(command: str) -> tuple[str | None, tuple[Quoting, ...]]:
+    """The problem with ``command``'s placeholders (or ``None``) and, when there is none,
+    how each placeholder's value is written in, in order."""
     parts = placeholders.parse(command)
     if not any(isinstance(p, placeholders.Ref) for p in parts):
-        return None
+        return None, ()
+    try:
+        quoting = _quoting(command, parts)
+    except _Problem as exc:
+        return str(exc), ()
+    return None, quoting
+
+
+class _Problem(Exception):
+    """Internal: the command cannot be accepted (the message says why)."""
+
+
+def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quoting, ...]:
     prefix = "_brainph"
     joined_command = _join_continuations(command)
     while prefix in command or prefix in joined_command:
@@ -174,22 +163,29 @@ def _check(command: str) -> str | None:
     first = spans[0][0].text
     blank = _odd_blank(marked)
     if blank:
-        return (f"the command has placeholders (first {first}) and {blank}, which the shells and "
+        raise _Problem(f"the command has placeholders (first {first}) and {blank}, which the shells and "
                 f"the check could read differently; use plain spaces and newlines, or pass the "
                 f"values through env= or stdin=")
     unjoinable = _continuation_not_joined(marked)
     if unjoinable:
-        return (f"the command has placeholders (first {first}) and a backslash at the end of a "
-                f"line {unjoinable}, where the shells do not join lines; remove it, or pass the "
-                f"values through env= or stdin=")
+        raise _Problem(f"the command has placeholders (first {first}) and a backslash at the end "
+                       f"of a line {unjoinable}, where the shells do not join lines; remove it, "
+                       f"or pass the values through env= or stdin=")
+    if "\\\n" in marked and _HEREDOC_OPERATOR.search(marked):
+        # dash and bash disagree on a here-document line that ends with a backslash (bash
+        # joins it to the next, dash does not): where the here-document ends is unknowable.
+        raise _Problem(f"the command has placeholders (first {first}), a here-document and a "
+                       f"backslash at the end of a line, and the shells disagree on where such "
+                       f"a here-document ends; remove the backslash, or pass the text through "
+                       f"stdin=")
     # The shells join a backslash-newline before anything else: judge the joined text, so
     # what the joining glues together is judged together.
     marked = _join_continuations(marked)
     source = marked.encode()
     markers = [f"{prefix}{i}_".encode() for i in range(len(spans))]
     if any(source.count(m) != 1 for m in markers):
-        return (f"placeholder {first} cannot be checked: the command's text reads like the "
-                f"check's own markers; {_ADVICE}")
+        raise _Problem(f"placeholder {first} cannot be checked: the command's text reads like "
+                       f"the check's own markers; {_ADVICE}")
     spans = [(ref, source.find(m), source.find(m) + len(m))
              for (ref, _, _), m in zip(spans, markers, strict=True)]
     tree = _parser().parse(source)
@@ -197,26 +193,30 @@ def _check(command: str) -> str | None:
     if root.has_error:
         bad = _first_error(root)
         line = bad.start_point[0] + 1 if bad is not None else 1
-        return (f"the command has placeholders (first {first}) but does not parse as a shell "
-                f"script (line {line}), so it cannot be checked; fix the syntax, or pass the "
-                f"values through env= or stdin=")
+        raise _Problem(f"the command has placeholders (first {first}) but does not parse as a "
+                       f"shell script (line {line}), so it cannot be checked; fix the syntax, or "
+                       f"pass the values through env= or stdin=")
+    quoting: list[Quoting] = []
     for ref, start, end in spans:
+        checker = _Marker(source, prefix, start, end)
         try:
-            _Marker(source, prefix, start, end).check(root)
+            checker.check(root)
         except _Refused as exc:
-            return f"placeholder {ref.text} is {exc.context}; {exc.advice}"
+            raise _Problem(f"placeholder {ref.text} is {exc.context}; {exc.advice}") from None
         except RecursionError:
-            return (f"placeholder {ref.text} is nested too deeply to be checked; "
-                    f"{_ADVICE}")
+            raise _Problem(f"placeholder {ref.text} is nested too deeply to be checked; "
+                           f"{_ADVICE}") from None
+        quoting.append(checker.quoting)
     # Where each placeholder stands is fine; now what else in the command could still
     # turn its value into code.
     problem = _global_problem(root, marked)
     if problem:
-        return f"placeholder {first} cannot be checked: {problem}; {_ADVICE}"
-    return None
+        raise _Problem(f"placeholder {first} cannot be checked: {problem}; {_ADVICE}")
+    return tuple(quoting)
 
 
 _CONTINUATION = re.compile(r"(\\+)\n")
+_HEREDOC_OPERATOR = re.compile(r"(?<!<)<<(?!<)")
 _BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 # [[ … ]], ((…)) (not $((…))), $[…], a[…]=, ${v/pattern/…}: bash-only, and dash or
 # tree-sitter read them differently from bash.
@@ -327,24 +327,40 @@ def _global_problem(root: Node, marked: str) -> str | None:
     return None
 
 
+_DELIMITER = re.compile(r"""-?\s*(?:([A-Za-z_][A-Za-z0-9_]*)|'([A-Za-z_][A-Za-z0-9_]*)'"""
+                        r"""|"([A-Za-z_][A-Za-z0-9_]*)"|\\([A-Za-z_][A-Za-z0-9_]*))""")
+
+
 def _heredoc_ends_cleanly(redirect: Node, marked: str) -> bool:
-    """Whether the shell ends this here-document where tree-sitter says it does."""
+    """Whether the shells end this here-document exactly where tree-sitter says it does: its
+    delimiter is a plain word (``EOF``, ``'EOF'``, ``"EOF"``, ``\\EOF``), its end is the
+    first line that is exactly that word (tabs stripped for ``<<-``), and its body starts on
+    the line after the operator's."""
     start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
     end = next((c for c in redirect.children if c.type == "heredoc_end"), None)
     if start is None or end is None:
         return False
-    try:
-        delimiter = "".join(shlex.split(_text(start))) if _text(start) else ""
-    except ValueError:
+    operator = _text(redirect)[:3]
+    written = (operator[2:] if operator == "<<-" else "") + _text(start)
+    match = _DELIMITER.fullmatch(written.lstrip("-").strip()) if written else None
+    if match is None:
         return False
+    delimiter = next(g for g in match.groups() if g is not None)
     source = marked.encode()
     line_start = source.rfind(b"\n", 0, end.start_byte) + 1
-    line_end = source.find(b"\n", end.start_byte)
-    line = source[line_start: len(source) if line_end == -1 else line_end].decode("utf-8",
-                                                                                  "replace")
-    if _text(redirect).startswith("<<-"):
-        line = line.lstrip("\t")
-    return line == delimiter
+    # Every line from the one after the operator's to the end line: the first that is
+    # the delimiter must be tree-sitter's end line.
+    first = source.find(b"\n", start.end_byte) + 1
+    if first == 0 or first > line_start:
+        return False
+    for line in source[first:].split(b"\n"):
+        text = line.decode("utf-8", "replace")
+        if operator == "<<-":
+            text = text.lstrip("\t")
+        if text == delimiter:
+            return first == line_start
+        first += len(line) + 1
+    return False
 
 
 def _text(node: Node) -> str:
@@ -371,6 +387,8 @@ _NAME_REFUSAL = ("the command name itself, so the value would choose the program
 _BACKTICK_REFUSAL = ("inside backticks `…`, where backslashes and quotes are processed again",
                      "write it bare inside $(…) instead of backticks")
 _GLOB = re.compile(r"[*?\[]")
+_SPLIT_REFUSAL = ("inside an unquoted $(…) standing as an argument, whose output the shell "
+                  "splits into words")
 
 
 def _what(kind: str) -> str:
@@ -385,6 +403,11 @@ class _Marker:
         self.prefix = prefix
         self.start = start
         self.end = end
+        #: How the value is written in: ``bare`` (shell-quoted), ``double`` or ``single``.
+        self.quoting: Quoting = "bare"
+        self.in_expansion = False
+        #: The output of a $(…) holding the marker is unquoted so far (split into words).
+        self.split = False
 
     def check(self, root: Node) -> None:
         """Raise :class:`_Refused` unless the marker stands as plain data."""
@@ -408,11 +431,21 @@ class _Marker:
             if kind in ("word", "concatenation", "number", "regex", "extglob_pattern",
                         "string_content", "variable_name"):
                 pass
-            elif kind == "string":
-                if not output:
-                    raise _Refused('inside double quotes "…"', _QUOTE_ADVICE)
-            elif kind == "raw_string":
-                raise _Refused("inside single quotes '…'", _QUOTE_ADVICE)
+            elif kind == "string" and node.prev_sibling is not None and \
+                    node.prev_sibling.type == "$" and node.prev_sibling.end_byte == node.start_byte:
+                raise _Refused('inside $"…" quotes, which bash translates and dash does not have',
+                               _QUOTE_ADVICE)
+            elif kind in ("string", "raw_string"):
+                # Inside "…" the value is escaped for double quotes, inside '…' for single
+                # ones; the quotes nearest the marker (not those around a $(…) holding it)
+                # decide. Inside ${…} the shells treat quotes differently: refused there.
+                if output:
+                    self.split = False
+                elif self.in_expansion:
+                    raise _Refused("inside quotes within ${…}, which the shells read "
+                                   "differently", "write it bare: ${VAR:-{x}}")
+                elif self.quoting == "bare":
+                    self.quoting = "double" if kind == "string" else "single"
             elif kind == "ansi_c_string":
                 raise _Refused("inside $'…' quotes", _QUOTE_ADVICE)
             elif kind == "translated_string":
@@ -423,13 +456,19 @@ class _Marker:
             elif kind in _HEREDOC:
                 raise _Refused(*_HEREDOC_REFUSAL)
             elif kind == "simple_expansion" and child is not None and \
-                    child.type == "variable_name" and child.start_byte < self.start:
+                    child.type == "variable_name" and child.start_byte < self.start and \
+                    not output and node.parent is not None and node.parent.type != "string":
                 pass  # `$v{x}`: the marker lengthens the name, the quoted value does not
             elif kind in ("simple_expansion", "special_variable_name"):
                 raise _Refused("glued to a variable name ($NAME{x} reads one longer name); "
                                "write ${NAME}{x}")
             elif kind == "expansion":
                 self.check_expansion(node, child)
+                if not output:
+                    if self.quoting != "bare":
+                        raise _Refused("inside quotes within ${…}, which the shells read "
+                                       "differently", "write it bare: ${VAR:-{x}}")
+                    self.in_expansion = True
             elif kind in ("command_substitution", "process_substitution"):
                 if _text(node).startswith("`"):
                     raise _Refused(*_BACKTICK_REFUSAL)
@@ -439,6 +478,8 @@ class _Marker:
             elif kind == "command":
                 if child is None or child.type == "command_name":
                     raise _Refused(*_NAME_REFUSAL)
+                if self.split:
+                    raise _Refused(_SPLIT_REFUSAL, 'write it in double quotes: "$(…)"')
                 if child.type == "variable_assignment":
                     raise _Refused("in an assignment (NAME={x} cmd), whose variable may be "
                                    "evaluated as arithmetic or as a name")
@@ -446,11 +487,7 @@ class _Marker:
                 self.climb_statement(node)
                 return
             elif kind == "herestring_redirect":
-                owner = node.parent
-                name = owner.child_by_field_name("name") if owner is not None else None
-                if name is not None and _literal(name) in _TAKES_NAMES:
-                    raise _Refused(f"a here-string read by {_literal(name)}, which assigns it "
-                                   f"to a variable (like NAME={{x}})")
+                self.check_input_of(_owner_command(node), "in a here-string")
                 self.climb_statement(node)
                 return
             elif kind == "file_redirect":
@@ -464,7 +501,7 @@ class _Marker:
                                        "time when it is not a descriptor number",
                                        "write > {x} (or &> {x}) to send output to a file")
                     if any(c.type in ("<", "<>") for c in node.children):
-                        self.check_input_of(_owner_command(node))
+                        self.check_input_of(_owner_command(node), "the name of a file")
                     self.climb_statement(node)
                     return
                 # tree-sitter files the words after a redirection under it: they are
@@ -476,6 +513,8 @@ class _Marker:
                 self.climb_statement(cmd)
                 return
             elif kind == "test_command" or kind in _EXPRESSIONS:
+                if self.split:
+                    raise _Refused(_SPLIT_REFUSAL, 'write it in double quotes: "$(…)"')
                 test = node
                 while test.type in _EXPRESSIONS and test.parent is not None:
                     test = test.parent
@@ -547,7 +586,9 @@ class _Marker:
             elif kind in ("command_substitution", "process_substitution"):
                 if _text(current).startswith("`"):
                     raise _Refused(*_BACKTICK_REFUSAL)
-                # The output of $(…) now stands where the $(…) is written.
+                # The output of $(…) now stands where the $(…) is written; unquoted, it
+                # would be split into words (a process substitution gives one file name).
+                self.split = kind == "command_substitution"
                 self.climb_value(current.parent, current, output=True)
                 return
             elif kind in _HEREDOC:
@@ -572,47 +613,126 @@ class _Marker:
 
     def check_args(self, name: str, words: list[Node]) -> None:
         base = name.rsplit("/", 1)[-1]
-        if base in _RUNS_CODE:
-            raise _Refused(f"an argument of {base}, which runs its arguments as shell code",
-                           "pass the value through env= (and use \"$VAR\") or stdin=")
-        if base in _TAKES_NAMES:
-            raise _Refused(f"an argument of {base}, which takes variable names, options or "
-                           f"arithmetic (bash evaluates a[$(…)] there)")
+        row = program_of(base)
         if base == "printf":
             self.check_printf(words)
         elif base in ("test", "["):
             if base == "[" and words and _literal(words[-1]) == "]":
                 words = words[:-1]
             self.check_test(base, words)
-        elif base in _SHELLS:
-            self.check_shell(base, words)
-        elif base in _WRAPPERS:
-            self.check_wrapper(base, words)
-        elif base in _INTERPRETERS or _PYTHON.fullmatch(base):
-            self.check_program_text(base, words)
         elif base == "find":
             self.check_find(words)
+        elif row is None:
+            return
+        elif row.runs == "code":
+            raise _Refused(f"an argument of {base}, which {row.why}",
+                           "pass the value through env= (and use \"$VAR\") or stdin=")
+        elif row.runs == "names":
+            raise _Refused(f"an argument of {base}, which {row.why}")
+        elif row.runs == "shell":
+            self.check_shell(base, row, words)
+        elif row.runs == "program":
+            self.check_wrapper(base, row, words)
+        elif row.runs == "subcommand":
+            self.check_subcommand(base, row, words)
+        elif row.runs == "text":
+            self.check_program_text(base, row, words)
+        else:
+            self.check_options(base, row, words)
 
-    def check_input_of(self, cmd: Node | None) -> None:
-        """``sh < {x}``, ``. /dev/stdin < {x}``: a file the value names would be read as the
-        script. Any command that reads its program from stdin is refused."""
+    def check_input_of(self, cmd: Node | None, how: str) -> None:
+        """``sh < {x}``, ``sh <<< {x}``, ``. /dev/stdin <<< {x}``: what the command reads
+        from standard input must not be its program."""
         name_node = cmd.child_by_field_name("name") if cmd is not None else None
         name = _literal(name_node) if name_node is not None else None
-        base = (name or "").rsplit("/", 1)[-1]
-        if (name is None or base in _SHELLS or base in _RUNS_CODE or base in _WRAPPERS
-                or base in _INTERPRETERS or _PYTHON.fullmatch(base)):
-            raise _Refused(f"the file {base or 'a command'} reads from standard input, which it "
-                           f"may run as its script", "read the file with a fixed program, or "
-                           "pass its text through stdin=")
+        if cmd is None or name is None or self.prefix in name:
+            raise self.stdin_refusal(how, "a command the check cannot name")
+        self.check_reader(name.rsplit("/", 1)[-1], _command_words(cmd), how)
 
-    def check_program_text(self, name: str, words: list[Node]) -> None:
+    def stdin_refusal(self, how: str, who: str) -> _Refused:
+        return _Refused(f"{how} that {who} reads from standard input, where it may take it as "
+                        f"its program", "feed it to a program that reads data (cat, grep …), "
+                        "or pass the text through stdin=")
+
+    def check_reader(self, base: str, words: list[Node], how: str) -> None:
+        """Refuse unless program ``base`` with argument ``words`` reads its standard input
+        as data."""
+        row = program_of(base)
+        if row is None or row.runs == "options":
+            return
+        if row.runs == "program" and base != "xargs":  # xargs makes its input arguments
+            # Each word that may be the program it runs must read its input as data.
+            for program, rest, certain in self.wrapped_candidates(base, row, words):
+                self.check_reader(program.rsplit("/", 1)[-1], rest, how)
+                if certain:
+                    return
+            raise self.stdin_refusal(how, base)
+        if row.runs == "names" and not how.startswith("the name"):
+            raise _Refused(f"a here-string read by {base}, which assigns it to a variable "
+                           f"(like NAME={{x}})")
+        if row.runs in ("code", "names", "program", "subcommand") or \
+                not self.has_program_text(base, row, words):
+            raise self.stdin_refusal(how, base)
+
+    def wrapped_candidates(self, name: str, row: Program,
+                           words: list[Node]) -> Iterator[tuple[str, list[Node], bool]]:
+        """The words a wrapper may run as its program, with their arguments, and whether
+        each is certainly the program (it is not right after an option that may take it).
+        Stops at a word that is not literal."""
+        after_option = False
+        leading = row.leading
+        for i, word in enumerate(words):
+            lit = _literal(word)
+            if lit is None or self.hostile(word):
+                return
+            if lit.startswith("-") or (name == "env" and "=" in lit):
+                after_option = lit.startswith("-")
+                continue
+            if leading > 0 and not after_option:
+                leading -= 1
+                continue
+            certain = not after_option or name in _PLAIN_WRAPPERS
+            yield lit, words[i + 1:], certain
+            if certain:
+                return
+            after_option = False
+
+    def has_program_text(self, name: str, row: Program, words: list[Node]) -> bool:
+        """Whether a shell or interpreter is given its program literally (``sh -c '…'``,
+        ``python3 script.py``), so standard input is data to it."""
+        i = 0
+        while i < len(words):
+            lit = _literal(words[i])
+            if lit is None or self.hostile(words[i]):
+                return False
+            if lit in row.code_options or (row.runs == "shell" and lit.startswith("-")
+                                            and "c" in lit[1:] and not lit.startswith("--")):
+                given = words[i + 1] if i + 1 < len(words) else None
+                return given is not None and not self.hostile(given) \
+                    and _literal(given) not in (None, *STDIN_FILES)
+            if lit in row.arg_options:
+                i += 2
+                continue
+            if lit == "--":
+                rest = words[i + 1:]
+                return bool(rest) and _literal(rest[0]) not in (None, *STDIN_FILES) \
+                    and not self.hostile(rest[0])
+            if lit.startswith(("-", "+")) and lit not in STDIN_FILES:
+                if row.runs == "shell" and "s" in lit[1:] and not lit.startswith("--"):
+                    return False  # sh -s: the script is standard input
+                i += 1
+                continue
+            return lit not in STDIN_FILES
+        return False
+
+    def check_program_text(self, name: str, row: Program, words: list[Node]) -> None:
         """``sed``/``awk``/``perl -e``/``python -c``…: their program text is code (sed's
         ``e``, awk's ``system()``): placeholders only after it, as data, never in it or in
         an option. GNU sed takes options anywhere (even after its script), so there a
         placeholder must follow ``--``."""
-        code_opts, arg_opts = _INTERPRETERS.get(name, _INTERPRETERS["python"])
+        code_opts, arg_opts = row.code_options, row.arg_options
         anywhere = name == "sed"
-        refusal = _Refused(f"an option or the program text of {name}, which it runs as code",
+        refusal = _Refused(f"an option or the program text of {name}, which {row.why}",
                            f"write {name}'s program literally and pass the value after it"
                            + (" and after --" if anywhere else "") + ", or through env= or stdin=")
         program = False
@@ -697,20 +817,20 @@ class _Marker:
                        "use the forms [ -n {x} ] or [ {x} = word ], or pass the value "
                        "through env=")
 
-    def check_shell(self, name: str, words: list[Node]) -> None:
+    def check_shell(self, name: str, row: Program, words: list[Node]) -> None:
         """``sh [options] SCRIPT-OR-FILE ARGS``: data only after a literal script."""
         i = 0
         while i < len(words):
             word = words[i]
             lit = _literal(word)
             if self.hostile(word) or lit is None:
-                raise _Refused(f"an option or the script of {name} (sh -c runs its script "
-                               f"as code)", f"write the script literally and pass the value "
-                               f"after it: {name} -c 'printf %s \"$1\"' sh {{x}}")
+                raise _Refused(f"an option or the script of {name}, which {row.why}",
+                               f"write the script literally and pass the value after it: "
+                               f"{name} -c 'printf %s \"$1\"' sh {{x}}")
             if lit in ("-", "--"):
                 i += 1
                 break
-            if lit in _SHELL_OPTS_WITH_ARG:
+            if lit in row.arg_options:
                 given = words[i + 1] if i + 1 < len(words) else None
                 if given is None or self.hostile(given) or _literal(given) is None:
                     raise _Refused(f"the argument of {name} {lit} (a file or option it runs)",
@@ -722,30 +842,65 @@ class _Marker:
                 return
         if i < len(words) and _literal(words[i]) is not None and not self.hostile(words[i]):
             return
-        raise _Refused(f"the script of {name}, which it runs as code")
+        raise _Refused(f"the script of {name}, which {row.why}")
 
-    def check_wrapper(self, name: str, words: list[Node]) -> None:
-        """``env``/``exec``/``xargs``…: the program they run must be written out first."""
-        after_option = False
-        for i, word in enumerate(words):
-            if self.hostile(word):  # before the program is certain: it may be the program
-                raise _Refused(f"an argument of {name}, which may take it as the program to run "
-                               f"(or as one of its options)", "write the program after "
-                               f"{name} literally and the placeholder after it")
+    def check_wrapper(self, name: str, row: Program, words: list[Node]) -> None:
+        """``env``/``timeout 5``/``setarch x86_64``…: the program they run must be written
+        out first, after the options and the row's fixed words; it is checked in turn (each
+        word an option may take as its argument is checked as a program too)."""
+        for program, rest, certain in self.wrapped_candidates(name, row, words):
+            self.check_args(program, rest)
+            if certain:
+                return
+        raise _Refused(f"an argument of {name}, which {row.why} (it may take the value as the "
+                       f"program to run, or as one of its options)",
+                       f"write the program after {name} literally and the placeholder after it")
+
+    def check_subcommand(self, name: str, row: Program, words: list[Node]) -> None:
+        """``uv run``, ``npm exec``, ``docker run``…: nothing after a subcommand that runs a
+        program may be a placeholder; options before the subcommand may not be either."""
+        for word in words:
             lit = _literal(word)
-            if lit is None:
-                raise _Refused(f"an argument of {name} after a word that is not literal, so the "
-                               f"check cannot tell what {name} runs")
-            if lit.startswith("-") or "=" in lit or re.fullmatch(r"[0-9.]+[smhd]?", lit):
-                after_option = lit.startswith("-")
+            if self.hostile(word) or lit is None:
+                raise _Refused(f"an argument of {name} before or after a subcommand that "
+                               f"{row.why.removeprefix('runs ')}",
+                               "write the program literally and pass the value through env= "
+                               "or stdin=")
+            if lit.startswith("-"):
                 continue
-            # Right after an option this may be the option's argument, so the program may
-            # come later: check every such candidate until one is certain.
-            self.check_args(lit, words[i + 1:])
-            if name in _PLAIN_WRAPPERS or not after_option:
-                return  # certain: check_args judged the rest
-            after_option = False
-        raise _Refused(f"an argument of {name}")  # pragma: no cover - marker is a word
+            if lit in row.subcommands:
+                if any(self.hostile(w) for w in words):
+                    raise _Refused(f"an argument of {name} {lit}, which {row.why}",
+                                   "pass the value through env= (and use \"$VAR\") or stdin=")
+            return  # another subcommand: its arguments are data
+
+    def check_options(self, name: str, row: Program, words: list[Node]) -> None:
+        """``git``/``tar``/``rsync``…: a value that starts a word could start with ``-`` and
+        become one of the options that run a program; it must follow ``--`` (or an option
+        that takes it as its value, ``git commit -m {x}``)."""
+        previous: str | None = None
+        for word in words:
+            lit = _literal(word)
+            if lit == "--":
+                return
+            text = _text(word).lstrip("'\"")
+            if self.hostile(word):
+                if text.startswith("-"):  # --option={x}: only an option taking plain data
+                    risky = text.split("=", 1)[0] not in row.value_options
+                else:  # {x}, "{x}", $(…{x}…): the value could start with -
+                    risky = text.startswith((self.prefix, "$")) and not (
+                        previous in row.value_options or (
+                            name == "tar" and re.fullmatch(r"-?[A-Za-z]*[fC]", previous or "")))
+                if previous in row.code_options:
+                    raise _Refused(f"the argument of {name} {previous}, which it runs (or "
+                                   f"which sets what it runs)",
+                                   "write it literally, or pass the value through env=")
+                if risky:
+                    raise _Refused(f"an argument of {name} where an option could stand, and "
+                                   f"{name} {row.why}",
+                                   f"write -- before it ({name} … -- {{x}}), or glue it to a "
+                                   f"literal prefix (./{{x}})")
+            previous = lit
 
 
 def _flatten_test(test: Node) -> list[Node]:

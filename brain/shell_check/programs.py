@@ -1,0 +1,177 @@
+"""The programs that treat an argument as code or as the program to run (SPEC §3).
+
+One table, shared by ``shell(command=...)``, ``shell(argv=[...])`` and the words
+of ``mcp_tool(server_command=...)``: for each program, what it does with its
+arguments that a placeholder value must not reach. ``docs/placeholders.md``
+lists it, and ``tests/test_shell_programs.py`` shows for every row that a
+value in the refused place really runs when the check is skipped.
+
+How a program reads its arguments, by :class:`Program.runs`:
+
+``code``
+    every argument may be code (``eval``, ``ssh``, ``sqlite3``'s ``.shell``,
+    ``tmux`` commands, ``vim -c``): no placeholder argument at all.
+``names``
+    a shell builtin taking variable names, options or arithmetic, where bash
+    evaluates ``a[$(…)]``: no placeholder argument at all.
+``program``
+    runs the program named after its options and ``leading`` fixed words
+    (``env``, ``timeout 5``, ``setarch x86_64``, ``npx -y``): placeholders only
+    after that program, which must be written literally (and is itself checked).
+``subcommand``
+    runs a program after one of ``subcommands`` (``uv run``, ``npm exec``,
+    ``docker run IMAGE``): no placeholder after those.
+``shell``
+    a shell: the script after ``-c`` or the script file is code; data only after
+    a literal script.
+``text``
+    an interpreter whose program text is code (``sed``, ``awk``, ``python -c``):
+    placeholders only after the literal program text.
+``options``
+    an option of it runs a program (``git -c``/``--upload-pack``, ``tar
+    --to-command``, ``rsync -e``): a placeholder may not start a word where an
+    option could stand, only after ``--`` or as the value of one of
+    ``value_options``.
+
+A here-string or ``<`` redirection holding a placeholder may feed only a
+program of none of these kinds, an ``options`` one, or a shell or interpreter
+given its program literally (``sh -c '…' <<< {x}``, ``python3 job.py < {x}``):
+the others may read standard input as their program.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Runs = Literal["code", "names", "program", "subcommand", "shell", "text", "options"]
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """What one program does with its arguments that a placeholder must not reach."""
+
+    runs: Runs
+    #: Why, in a few words, for messages and the docs.
+    why: str
+    #: ``text``: the options whose argument is program text; ``options``: those whose
+    #: argument is a program or sets one.
+    code_options: frozenset[str] = frozenset()
+    #: ``text``/``shell``/``program``: options that take an argument (skipped over).
+    arg_options: frozenset[str] = frozenset()
+    #: ``program``: fixed words between the options and the program (``setarch ARCH``).
+    leading: int = 0
+    #: ``subcommand``: the subcommands that run a program (or, for ``docker``, a command).
+    subcommands: frozenset[str] = frozenset()
+    #: ``options``: options whose value may be a placeholder (``git commit -m {x}``).
+    value_options: frozenset[str] = frozenset()
+
+
+def _rows(runs: Runs, why: str, names: str, **kw: object) -> dict[str, Program]:
+    program = Program(runs, why, **kw)  # type: ignore[arg-type]
+    return {name: program for name in names.split()}
+
+
+def _set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+_SHELL_ARG_OPTIONS = _set("-o +o -O +O --rcfile --init-file")
+
+#: The table. A name missing here is a program that reads its arguments as data.
+PROGRAMS: dict[str, Program] = {
+    # Shell builtins and programs whose arguments are code.
+    **_rows("code", "runs its arguments as shell code",
+            "eval . source trap alias unalias bind complete compgen compopt enable fc history "
+            "jobs watch script parallel su runuser"),
+    **_rows("code", "runs its arguments as commands (a remote or inner shell)",
+            "ssh tmux screen flock sg newgrp at batch"),
+    **_rows("code", "runs SQL and its own commands (.shell, \\!) from its arguments and stdin",
+            "sqlite3 psql mysql mariadb"),
+    **_rows("code", "runs its script or commands from its arguments (-c, -e, -ex, +cmd)",
+            "expect gdb vim vi nvim view ex ed pwsh powershell tclsh wish make gmake"),
+    **_rows("names", "takes variable names, options or arithmetic (bash evaluates a[$(…)] there)",
+            "let declare typeset local export readonly unset read readarray mapfile getopts "
+            "wait set shopt hash select ulimit caller shift return exit break continue"),
+    # Programs that run the program named in their arguments.
+    **_rows("program", "runs the program named in its arguments",
+            "command builtin exec env nice nohup time setsid stdbuf xargs sudo doas ionice "
+            "unbuffer busybox coproc strace ltrace setpriv unshare nsenter systemd-run firejail "
+            "valgrind catchsegv fakeroot proot torsocks proxychains proxychains4 caffeinate "
+            "chpst softlimit envdir setuidgid s6-setuidgid prlimit pkexec uvx npx bunx pnpx "
+            "entr rlwrap"),
+    **_rows("program", "runs the program named after its first argument",
+            "timeout chroot setarch taskset chrt linux32 linux64", leading=1),
+    # Tools that run a program after a subcommand.
+    **_rows("subcommand", "runs the program named after its subcommand",
+            "uv pipx poetry pipenv pdm hatch rye conda mamba micromamba",
+            subcommands=_set("run exec tool")),
+    **_rows("subcommand", "runs a package or script named after its subcommand",
+            "npm pnpm yarn bun", subcommands=_set("exec x dlx run run-script test start")),
+    **_rows("subcommand", "runs a command inside a container after its subcommand",
+            "docker podman nerdctl kubectl", subcommands=_set("run exec create debug")),
+    # Shells: the script is code.
+    **_rows("shell", "runs its script (the text after -c, or the file) as code",
+            "sh bash dash zsh ksh ksh93 mksh pdksh ash yash posh rbash fish csh tcsh rc es oksh "
+            "loksh hush osh oil", arg_options=_SHELL_ARG_OPTIONS),
+    # Interpreters: the program text is code.
+    **_rows("text", "runs its program text as code (sed's e, awk's system())", "sed",
+            code_options=_set("-e --expression -f --file"),
+            arg_options=_set("-l --line-length")),
+    **_rows("text", "runs its program text as code (awk's system())", "awk gawk",
+            code_options=_set("-f --file -e --source"),
+            arg_options=_set("-F -v --field-separator --assign")),
+    **_rows("text", "runs its program text as code (awk's system())", "mawk nawk",
+            code_options=_set("-f"), arg_options=_set("-F -v")),
+    **_rows("text", "runs the text after -e as code", "perl", code_options=_set("-e -E"),
+            arg_options=_set("-I -M -m")),
+    **_rows("text", "runs the text after -e as code", "ruby", code_options=_set("-e"),
+            arg_options=_set("-I -r")),
+    **_rows("text", "runs the text after -e or -p as code", "node nodejs deno",
+            code_options=_set("-e --eval -p --print"), arg_options=_set("-r --require")),
+    **_rows("text", "runs the text after -r as code", "php", code_options=_set("-r"),
+            arg_options=_set("-d -c")),
+    **_rows("text", "runs the text after -e as code", "lua luajit", code_options=_set("-e"),
+            arg_options=_set("-l")),
+    **_rows("text", "runs the text after -c (or the module after -m) as code", "python",
+            code_options=_set("-c -m"), arg_options=_set("-W -X")),
+    **_rows("text", "runs the text after -e as code", "Rscript", code_options=_set("-e")),
+    # Options of these run a program: a value must not be able to become an option.
+    **_rows("options", "has options that run a program (-c core.pager=…, --upload-pack=…, "
+            "grep -O…)", "git",
+            code_options=_set("-c --config-env --exec-path --upload-pack -u --receive-pack "
+                              "--exec -O --open-files-in-pager --output -o"),
+            value_options=_set("-m --message -C -b -B --branch --author --date -t --tag")),
+    **_rows("options", "has options that run a program (--to-command=…, "
+            "--use-compress-program=…, --checkpoint-action=exec=…)", "tar",
+            code_options=_set("-I --use-compress-program --to-command --checkpoint-action "
+                              "--info-script -F --new-volume-script --rsh-command"),
+            value_options=_set("-f --file -C --directory")),
+    **_rows("options", "has options that run a program (-e, --rsh=…, --rsync-path=…)",
+            "rsync scp sftp", code_options=_set("-e --rsh --rsync-path -S -o -F")),
+    **_rows("options", "has options that run a program (--compress-program=…)", "sort",
+            code_options=_set("--compress-program")),
+    **_rows("options", "has options that run a program (-TT, --unzip-command)", "zip",
+            code_options=_set("-TT --unzip-command")),
+}
+
+#: Versioned interpreter names (python3.12, pypy3) read as ``python``.
+_PYTHON = re.compile(r"python[0-9.]*|pypy[0-9.]*")
+#: Files a program reads its standard input through (``bash /dev/stdin``).
+STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+
+
+def program_of(name: str) -> Program | None:
+    """The table's row for a command name (its last path part), or ``None``.
+
+    >>> program_of("/usr/bin/env").runs
+    'program'
+    >>> program_of("grep") is None
+    True
+    """
+    base = name.rsplit("/", 1)[-1]
+    row = PROGRAMS.get(base)
+    if row is None and _PYTHON.fullmatch(base):
+        row = PROGRAMS["python"]
+    return row
