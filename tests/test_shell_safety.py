@@ -310,7 +310,7 @@ def test_argv_follows_the_same_rules_as_a_command(argv: list[str]) -> None:
 
 @pytest.mark.parametrize("template", [
     "echo a \\\n  {x}", "sed -e s/a/b/ -- {x}", "python3 -c 'import sys; print(sys.argv[1])' {x}",
-    "find {x} -name '*.py'", "perl -ne 'print' {x}", "set -e; echo {x}"])
+    "find {x} -name '*.py'", "perl -e 'print' -- {x}", "set -e; echo {x}"])
 def test_forms_near_the_review_findings_stay_accepted(template: str) -> None:
     assert shell_problem(template) is None
 
@@ -391,4 +391,75 @@ def test_an_unquoted_command_substitution_splits_the_value_so_it_is_refused(tmp_
     'echo "Hello, {x}!"', "echo 'Result: {x}'", 'echo "$(date): {x}" >> log',
     'mkdir -p "$(basename -- {x})"'])
 def test_forms_near_the_issue18_findings_stay_accepted(template: str) -> None:
+    assert shell_problem(template) is None, shell_problem(template)
+
+
+# --- issue 18, the attack on the new rules ------------------------------------------------
+
+ATTACK_REPRODUCTIONS = [
+    # tree-sitter reads `$ #` as the variable $#; the shells read `$` and a comment.
+    ("x=$ # cat {x}", {"{x}": "x\ntouch MARK\n"}),
+    ('$ # ; echo "{x}"', {"{x}": "x\ntouch MARK\n"}),
+    ("$\t# ; echo {x}", {"{x}": "x\ntouch MARK\n"}),
+    # Interpreters that read options after program text given with -e/-f, and perl's loop.
+    ("perl -e 'print 1' {x}", {"{x}": "-Mstrict;system(q(touch MARK))"}),
+    ("perl -ne print {x}", {"{x}": "touch MARK|"}),
+    ("perl -pe 1 -- {x}", {"{x}": "touch MARK|"}),
+    ("printf 'BEGIN{}' > p.awk; gawk -f p.awk {x}", {"{x}": '-eBEGIN{system("touch MARK")}'}),
+    ("node -p 1 {x}", {"{x}": '--eval=require("child_process").execSync("touch MARK")'}),
+    # Programs missing from the table, and other names of listed ones.
+    ("x86_64 {x} {y}", {"{x}": "touch", "{y}": "MARK"}),
+    ("capsh -- -c {x}", {"{x}": "touch MARK"}),
+    ("socat -u {x} -", {"{x}": "SYSTEM:touch MARK"}),
+    ("perl5.36.0 -e {x}", {"{x}": "system(q(touch MARK))"}),
+    ("vim.basic -u NONE -es -c {x} -c qa!", {"{x}": "!touch MARK"}),
+    # A backslash before the placeholder hid the option it makes.
+    ("printf x > f; tar -cf a.tar f; tar -xf a.tar \\-{x}", {"{x}": "-to-command=touch MARK"}),
+    # `set -o keyword` written through a variable (bash).
+    ("o=keyword; set -o $o; sh -c 'touch \"$X\"' sh {x}", {"{x}": "X=MARK"}),
+    # The value piped into a program that runs its standard input.
+    ("printf %s {x} | sh", {"{x}": "touch MARK"}),
+    ("echo {x} | xargs -I% sh -c %", {"{x}": "touch MARK"}),
+    ("printf '%s\\n' {x} | sqlite3", {"{x}": ".shell touch MARK"}),
+]
+
+
+@pytest.mark.parametrize(("template", "values"), ATTACK_REPRODUCTIONS,
+                         ids=[repr(r[0])[:40] for r in ATTACK_REPRODUCTIONS])
+def test_attack_reproductions_are_definition_errors(template: str, values: dict[str, str]) -> None:
+    def body():
+        shell("x", command="true")
+        shell("y", command="true")
+        shell("risky", command=template)
+
+    message = definition_error(body, name="repro")
+    assert message.startswith("workflow 'repro', step 'risky': "), message
+    assert any(hint in message for hint in ("env=", "stdin=", "argv=", "write", "feed")), message
+
+
+@needs_shells
+@pytest.mark.parametrize(("template", "values"), ATTACK_REPRODUCTIONS,
+                         ids=[repr(r[0])[:40] for r in ATTACK_REPRODUCTIONS])
+def test_attack_reproductions_really_run_the_value(template: str, values: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    for needed in ("perl", "gawk", "node", "capsh", "socat", "vim.basic", "perl5.36.0", "sqlite3"):
+        if needed in template and shutil.which(needed) is None:
+            pytest.skip(f"{needed} is not installed")
+    assert injects(template, values, tmp_path), template
+
+
+@pytest.mark.parametrize("argv", [["perl", "-e", "1", "{x}"], ["node", "-e", "1", "{x}"],
+                                  ["deno", "run", "{x}"], ["x86_64", "{x}"]])
+def test_argv_reproductions_of_the_attack_are_refused(argv: list[str]) -> None:
+    from brain.shell_check import argv_problem
+
+    assert argv_problem(argv) is not None
+
+
+@pytest.mark.parametrize("template", [
+    "perl -e 'print 1' -- {x}", "awk -f p.awk -- {x}", "awk '{print $1}' {x}",
+    "node -e 1 -- {x}", "python3 -c 'import sys' {x}", "echo {x} | wc -c",
+    "echo {x} | xargs rm --", "grep -c '^$' {x}", "grep {x} f | while read -r l; do echo \"$l\"; done",
+    "echo \"cost: {x}\" | mail -s \"Report {x}\" ops@example.com"])
+def test_forms_near_the_attack_findings_stay_accepted(template: str) -> None:
     assert shell_problem(template) is None, shell_problem(template)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from brain import placeholders
 from brain._errors import PlaceholderError
 from brain.placeholders import Quoting
-from brain.shell_check.programs import STDIN_FILES, Program, program_of
+from brain.shell_check.programs import PROGRAMS, STDIN_FILES, Program, program_of
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tree_sitter import Node, Parser
@@ -221,6 +221,8 @@ _BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 # [[ … ]], ((…)) (not $((…))), $[…], a[…]=, ${v/pattern/…}: bash-only, and dash or
 # tree-sitter read them differently from bash.
 _BASH_ONLY = re.compile(r"\[\[|(?<!\$)\(\(|\$\[|[\w\]]\[[^\]\n]*\]\+?=|\$\{[#!]?\w+//?")
+_SET_DYNAMIC = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*[$`]")
+_LONE_DOLLAR = re.compile(r"\$(?=[\s]|$)")
 _SET_KEYWORD = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*(?:\s[-+][a-zA-Z]*k|keyword)")
 
 
@@ -295,7 +297,13 @@ def _global_problem(root: Node, marked: str) -> str | None:
                 "it is run: alias, command alias, eval 'alias ...', BASH_ALIASES)")
     if _SET_KEYWORD.search(bare):
         return "set -k / set -o keyword makes any NAME=value argument an assignment"
-    if "$'" in marked:
+    if _SET_DYNAMIC.search(marked):
+        return ("set is given an option that is not written literally (set -o $opt could be "
+                "set -o keyword, which makes any NAME=value argument an assignment)")
+    if _LONE_DOLLAR.search(marked):
+        return ("a $ is followed by a blank or ends a line, which the parser reads differently "
+                "from the shells (as $# before a comment); write '$' or \\$")
+    if _ansi_c_quoting(root, marked):
         return "it uses $'…' quoting, which dash does not have (it reads it differently)"
     bash_only = _BASH_ONLY.search(marked)
     if bash_only:
@@ -329,6 +337,18 @@ def _global_problem(root: Node, marked: str) -> str | None:
 
 _DELIMITER = re.compile(r"""-?\s*(?:([A-Za-z_][A-Za-z0-9_]*)|'([A-Za-z_][A-Za-z0-9_]*)'"""
                         r"""|"([A-Za-z_][A-Za-z0-9_]*)"|\\([A-Za-z_][A-Za-z0-9_]*))""")
+
+
+def _ansi_c_quoting(root: Node, marked: str) -> bool:
+    """Whether ``$'`` stands anywhere but inside single quotes (``grep '^$'`` is fine)."""
+    source = marked.encode()
+    for match in re.finditer(rb"\$'", source):
+        node: Node | None = root.descendant_for_byte_range(match.start(), match.start() + 1)
+        while node is not None and node.type not in ("raw_string", "comment"):
+            node = node.parent
+        if node is None or node.start_byte >= match.start():
+            return True
+    return False
 
 
 def _heredoc_ends_cleanly(redirect: Node, marked: str) -> bool:
@@ -578,6 +598,10 @@ class _Marker:
             elif kind in _STATEMENT_PARENTS:
                 if _field(child) in ("value", "name", "variable"):
                     raise _Refused(_what(kind))
+                if kind == "pipeline":
+                    for later in current.named_children:
+                        if later.start_byte >= child.end_byte:
+                            self.check_piped_into(later)
             elif kind == "heredoc_redirect" and child.type not in _HEREDOC:
                 pass  # tree-sitter nests the rest of the `<<EOF` line here
             elif kind == "compound_statement":
@@ -649,6 +673,19 @@ class _Marker:
             raise self.stdin_refusal(how, "a command the check cannot name")
         self.check_reader(name.rsplit("/", 1)[-1], _command_words(cmd), how)
 
+    def check_piped_into(self, element: Node) -> None:
+        """What a later command of a pipeline holding the value reads from standard input
+        must not be its program (``echo {x} | sh``, ``printf %s {x} | sqlite3``)."""
+        for node in _walk(element):
+            name_node = node.child_by_field_name("name") if node.type == "command" else None
+            name = _literal(name_node) if name_node is not None else None
+            if name is None:
+                continue  # `$cmd` reading the pipe: the author's own code
+            base = name.rsplit("/", 1)[-1]
+            row = program_of(base)
+            if row is not None and row.runs not in ("names", "options"):
+                self.check_reader(base, _command_words(node), "in a pipeline")
+
     def stdin_refusal(self, how: str, who: str) -> _Refused:
         return _Refused(f"{how} that {who} reads from standard input, where it may take it as "
                         f"its program", "feed it to a program that reads data (cat, grep …), "
@@ -660,10 +697,15 @@ class _Marker:
         row = program_of(base)
         if row is None or row.runs == "options":
             return
-        if row.runs == "program" and base != "xargs":  # xargs makes its input arguments
-            # Each word that may be the program it runs must read its input as data.
+        if row.runs == "program":
+            # Each word that may be the program it runs must read its input as data; xargs
+            # makes its input the program's arguments, so that program must take any.
             for program, rest, certain in self.wrapped_candidates(base, row, words):
-                self.check_reader(program.rsplit("/", 1)[-1], rest, how)
+                if base == "xargs" and program_of(program) is not None:
+                    raise _Refused(f"{how} that xargs turns into arguments of {program}, which "
+                                   f"{program_of(program).why}")  # type: ignore[union-attr]
+                if base != "xargs":
+                    self.check_reader(program.rsplit("/", 1)[-1], rest, how)
                 if certain:
                     return
             raise self.stdin_refusal(how, base)
@@ -728,36 +770,51 @@ class _Marker:
     def check_program_text(self, name: str, row: Program, words: list[Node]) -> None:
         """``sed``/``awk``/``perl -e``/``python -c``…: their program text is code (sed's
         ``e``, awk's ``system()``): placeholders only after it, as data, never in it or in
-        an option. GNU sed takes options anywhere (even after its script), so there a
-        placeholder must follow ``--``."""
+        an option. GNU sed takes options anywhere (even after its script), and perl, node
+        or gawk read options after program text given with ``-e``/``-f``: there a
+        placeholder must follow ``--``. perl's ``-n``/``-p`` loop opens a file name ending
+        in ``|`` as a command: no placeholder at all then."""
         code_opts, arg_opts = row.code_options, row.arg_options
         anywhere = name == "sed"
         refusal = _Refused(f"an option or the program text of {name}, which {row.why}",
                            f"write {name}'s program literally and pass the value after it"
                            + (" and after --" if anywhere else "") + ", or through env= or stdin=")
-        program = False
+        if row is PROGRAMS["perl"] and any(
+                re.fullmatch(r"-[a-zA-Z]*[np][a-zA-Z]*", _literal(w) or "") for w in words):
+            raise _Refused(f"an argument of {name} -n or -p, whose loop opens a file name "
+                           f"ending in | as a command", "pass the value through env= or stdin=")
+        program = via_option = False
         i = 0
         while i < len(words):
             word = words[i]
             lit = _literal(word)
             if self.hostile(word) or lit is None:
                 if program and not anywhere:
+                    if via_option and row.after_code != "data":
+                        raise _Refused(f"after {name}'s program text given with an option, "
+                                       f"where {name} still reads options (or a script)",
+                                       f"write -- before the placeholder ({name} -e '…' -- {{x}}), "
+                                       f"or put the program in a file")
                     return  # data, after the program
                 raise refusal
             if lit == "--":
                 rest = words[i + 1:]
                 if not program and (not rest or self.hostile(rest[0]) or _literal(rest[0]) is None):
                     raise refusal
+                if via_option and row.after_code == "script" and any(map(self.hostile, rest)):
+                    raise refusal
                 return
             if lit in code_opts or lit in arg_opts:
                 given = words[i + 1] if i + 1 < len(words) else None
                 if given is None or self.hostile(given) or _literal(given) is None:
                     raise refusal
-                program = program or lit in code_opts
+                if lit in code_opts:
+                    program = via_option = True
                 i += 2
                 continue
             if not lit.startswith("-") or lit == "-":
                 program = True  # the program text or script file, written literally
+                via_option = False
                 if not anywhere:
                     return
             i += 1
@@ -883,7 +940,7 @@ class _Marker:
             lit = _literal(word)
             if lit == "--":
                 return
-            text = _text(word).lstrip("'\"")
+            text = _text(word).lstrip("'\"\\")
             if self.hostile(word):
                 if text.startswith("-"):  # --option={x}: only an option taking plain data
                     risky = text.split("=", 1)[0] not in row.value_options

@@ -66,6 +66,10 @@ class Program:
     subcommands: frozenset[str] = frozenset()
     #: ``options``: options whose value may be a placeholder (``git commit -m {x}``).
     value_options: frozenset[str] = frozenset()
+    #: ``text``: what follows program text given through a code option: ``data`` (python
+    #: stops reading options), ``options`` (perl, node, gawk read on: a value must follow
+    #: ``--``) or ``script`` (lua takes the next word as a script: no value at all).
+    after_code: Literal["data", "options", "script"] = "options"
 
 
 def _rows(runs: Runs, why: str, names: str, **kw: object) -> dict[str, Program]:
@@ -84,13 +88,14 @@ PROGRAMS: dict[str, Program] = {
     # Shell builtins and programs whose arguments are code.
     **_rows("code", "runs its arguments as shell code",
             "eval . source trap alias unalias bind complete compgen compopt enable fc history "
-            "jobs watch script parallel su runuser"),
+            "jobs watch script parallel su runuser capsh run-parts"),
     **_rows("code", "runs its arguments as commands (a remote or inner shell)",
-            "ssh tmux screen flock sg newgrp at batch"),
+            "ssh tmux screen flock sg newgrp at batch socat start-stop-daemon perf"),
     **_rows("code", "runs SQL and its own commands (.shell, \\!) from its arguments and stdin",
             "sqlite3 psql mysql mariadb"),
     **_rows("code", "runs its script or commands from its arguments (-c, -e, -ex, +cmd)",
-            "expect gdb vim vi nvim view ex ed pwsh powershell tclsh wish make gmake"),
+            "expect gdb gdbtui vim vi nvim view ex ed vimdiff gvim rvim rview evim editor "
+            "sensible-editor emacs pwsh powershell tclsh wish make gmake"),
     **_rows("names", "takes variable names, options or arithmetic (bash evaluates a[$(…)] there)",
             "let declare typeset local export readonly unset read readarray mapfile getopts "
             "wait set shopt hash select ulimit caller shift return exit break continue"),
@@ -100,15 +105,21 @@ PROGRAMS: dict[str, Program] = {
             "unbuffer busybox coproc strace ltrace setpriv unshare nsenter systemd-run firejail "
             "valgrind catchsegv fakeroot proot torsocks proxychains proxychains4 caffeinate "
             "chpst softlimit envdir setuidgid s6-setuidgid prlimit pkexec uvx npx bunx pnpx "
-            "entr rlwrap"),
+            "entr rlwrap x86_64 i386 i686 linux32 linux64 ssh-agent dbus-run-session gpg-agent "
+            "runcon pg_virtualenv pdb pdb3 chronic daemonize"),
     **_rows("program", "runs the program named after its first argument",
-            "timeout chroot setarch taskset chrt linux32 linux64", leading=1),
+            "timeout chroot setarch taskset chrt", leading=1),
     # Tools that run a program after a subcommand.
     **_rows("subcommand", "runs the program named after its subcommand",
             "uv pipx poetry pipenv pdm hatch rye conda mamba micromamba",
-            subcommands=_set("run exec tool")),
+            subcommands=_set("run exec tool pip add sync install")),
     **_rows("subcommand", "runs a package or script named after its subcommand",
-            "npm pnpm yarn bun", subcommands=_set("exec x dlx run run-script test start")),
+            "npm pnpm yarn bun", subcommands=_set("exec x dlx run run-script test start install "
+                                                  "i add ci")),
+    **_rows("subcommand", "installs the package named after its subcommand (and runs its "
+            "build scripts)", "pip pip3", subcommands=_set("install download wheel")),
+    **_rows("subcommand", "runs the script or code named after its subcommand", "deno",
+            subcommands=_set("run eval repl task x test bench compile serve install")),
     **_rows("subcommand", "runs a command inside a container after its subcommand",
             "docker podman nerdctl kubectl", subcommands=_set("run exec create debug")),
     # Shells: the script is code.
@@ -124,18 +135,20 @@ PROGRAMS: dict[str, Program] = {
             arg_options=_set("-F -v --field-separator --assign")),
     **_rows("text", "runs its program text as code (awk's system())", "mawk nawk",
             code_options=_set("-f"), arg_options=_set("-F -v")),
-    **_rows("text", "runs the text after -e as code", "perl", code_options=_set("-e -E"),
+    **_rows("text", "runs the text after -e as code (and reads options after it; -n and -p "
+            "open a file name ending in | as a command)", "perl", code_options=_set("-e -E"),
             arg_options=_set("-I -M -m")),
     **_rows("text", "runs the text after -e as code", "ruby", code_options=_set("-e"),
             arg_options=_set("-I -r")),
-    **_rows("text", "runs the text after -e or -p as code", "node nodejs deno",
-            code_options=_set("-e --eval -p --print"), arg_options=_set("-r --require")),
+    **_rows("text", "runs the text after -e or -p as code (and reads options after it)",
+            "node nodejs", code_options=_set("-e --eval -p --print"),
+            arg_options=_set("-r --require")),
     **_rows("text", "runs the text after -r as code", "php", code_options=_set("-r"),
             arg_options=_set("-d -c")),
-    **_rows("text", "runs the text after -e as code", "lua luajit", code_options=_set("-e"),
-            arg_options=_set("-l")),
+    **_rows("text", "runs the text after -e as code (and the next word as a script)",
+            "lua luajit", code_options=_set("-e"), arg_options=_set("-l"), after_code="script"),
     **_rows("text", "runs the text after -c (or the module after -m) as code", "python",
-            code_options=_set("-c -m"), arg_options=_set("-W -X")),
+            code_options=_set("-c -m"), arg_options=_set("-W -X"), after_code="data"),
     **_rows("text", "runs the text after -e as code", "Rscript", code_options=_set("-e")),
     # Options of these run a program: a value must not be able to become an option.
     **_rows("options", "has options that run a program (-c core.pager=…, --upload-pack=…, "
@@ -156,8 +169,13 @@ PROGRAMS: dict[str, Program] = {
             code_options=_set("-TT --unzip-command")),
 }
 
-#: Versioned interpreter names (python3.12, pypy3) read as ``python``.
-_PYTHON = re.compile(r"python[0-9.]*|pypy[0-9.]*")
+#: Other names of programs in the table (versions, Debian's alternatives), by pattern.
+_ALIASES = [(re.compile(p), name) for p, name in [
+    (r"python[0-9.]*|pypy[0-9.]*", "python"), (r"perl[0-9.]*(?:-[\w.-]+)?", "perl"),
+    (r"(?:tclsh|wish)[0-9.]*", "tclsh"), (r"vim?\.[\w-]+", "vim"), (r"php[0-9.]*", "php"),
+    (r"lua[0-9.]*", "lua"), (r"ruby[0-9.]*", "ruby"), (r"node[0-9]*", "node"),
+    (r"ld(?:-linux[\w.-]*)?\.so(?:\.[0-9]+)*", "x86_64"), (r"gawk[0-9.-]*", "gawk"),
+]]
 #: Files a program reads its standard input through (``bash /dev/stdin``).
 STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
@@ -172,6 +190,7 @@ def program_of(name: str) -> Program | None:
     """
     base = name.rsplit("/", 1)[-1]
     row = PROGRAMS.get(base)
-    if row is None and _PYTHON.fullmatch(base):
-        row = PROGRAMS["python"]
+    if row is None:
+        row = next((PROGRAMS[name] for pattern, name in _ALIASES if pattern.fullmatch(base)),
+                   None)
     return row
