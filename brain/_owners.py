@@ -32,13 +32,16 @@ def _place() -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
 
 
-def _here() -> str:
+def this_machine() -> str:
+    """Where this process runs, as ``host+place``: the host name, and this boot of this
+    machine in this process namespace. A process id or group recorded under another value
+    (another machine, a reboot since, another container) means nothing here."""
     return f"{socket.gethostname()}+{_place()}"
 
 
 def new_owner() -> str:
     """A lease owner id for this process: where it runs, its pid and a random part."""
-    return f"{_here()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{this_machine()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def local_owner_gone(owner: str | None) -> bool:
@@ -50,7 +53,7 @@ def local_owner_gone(owner: str | None) -> bool:
     here: only its lease running out says it is gone.
     """
     parts = (owner or "").split(":")
-    if len(parts) != 3 or parts[0] != _here() or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != this_machine() or not parts[1].isdigit():
         return False
     pid = int(parts[1])
     try:

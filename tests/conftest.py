@@ -10,6 +10,7 @@ import gc
 import os
 import shutil
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +101,27 @@ def pg_url() -> str:
             pytest.fail(f"PostgreSQL is not reachable at {PG_URL} (CI must start it)")
         pytest.skip("no PostgreSQL server reachable")
     return PG_URL
+
+
+@pytest.fixture
+def fresh_pg_url(pg_url: str) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database of this test's own, dropped afterwards (an
+    executor serving it takes no other test's runs)."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    name = f"brain_test_{uuid.uuid4().hex[:12]}"
+    admin_dsn = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(admin_dsn, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

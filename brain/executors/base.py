@@ -24,14 +24,29 @@ RUN_ID_VARIABLE = "BRAIN_RUN_ID"
 
 
 @dataclass(frozen=True)
+class ProcessGroup:
+    """A process group a step's try started: its id (its leader's pid) and when the leader
+    started (clock ticks since boot, field 22 of ``/proc/PID/stat``). The start time tells
+    the group's leader from a later process that got the same pid."""
+
+    pgid: int
+    started: int
+
+
+@dataclass(frozen=True)
 class StepContext:
     """What an executor may know about the run around it."""
 
     workflow_dir: str
     protected_env: frozenset[str] = frozenset()
     #: The run's id, given to step processes as ``BRAIN_RUN_ID`` (so a resume can find
-    #: processes a dead executor left running, see ``process.kill_run_processes``).
+    #: processes a dead executor left running, see ``process.run_process_groups``).
     run_id: str = ""
+    #: Told of every process group the step starts, the moment it starts (see
+    #: ``process.announce_group``): the runner records it, so that whoever resumes the run
+    #: on this machine can end it, and kills it at once if the run's lease is lost. It must
+    #: not block.
+    on_process: Callable[[ProcessGroup], None] | None = None
 
 
 @dataclass

@@ -5,8 +5,10 @@ the SDK's minimal environment plus the step's ``env``), the client negotiates
 the protocol version, sends exactly one ``tools/call`` — through
 ``send_request``, because ``ClientSession.call_tool`` would also send
 ``tools/list`` to validate structured output — and the server is stopped
-(stdin closed, then its process group killed). Its stderr goes to a file, of
-which the last 8 KiB are kept. The SDK is imported only when a step runs.
+(stdin closed, then its process group killed). The group is announced to the
+runner once the server's shell has written its pid (``StepContext.on_process``).
+Its stderr goes to a file, of which the last 8 KiB are kept. The SDK is
+imported only when a step runs.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from brain.executors.base import (
     tail_margin,
     tail_text,
 )
-from brain.executors.process import KILL_GRACE_SECONDS, kill_group, signal_group
+from brain.executors.process import KILL_GRACE_SECONDS, announce_group, kill_group, signal_group
 
 STDERR_TAIL = 8192
 # sh runs the server and records its own pid (= the process group the SDK spawns) and the
@@ -109,6 +111,8 @@ class McpExecutor:
                 # group is killed at once, so the SDK's shutdown never waits on it.
                 talk = asyncio.ensure_future(_converse(params, errlog, spec.tool,
                                                        prepared.payload["args"]))
+                announcing = asyncio.ensure_future(
+                    _announce_server(ctx, os.path.join(tmp, "pid"), talk))
                 try:
                     result, error = await asyncio.shield(talk)
                 except asyncio.CancelledError:
@@ -131,6 +135,7 @@ class McpExecutor:
                                          retryable=False, stderr=prepared.stderr) from None
                     raise leaf from None
                 finally:
+                    announcing.cancel()
                     # The SDK kills the server's group only when the server outlives its
                     # stdin; a server that exits at once may leave children: end them too.
                     pgid = _read_int(os.path.join(tmp, "pid"))
@@ -172,6 +177,17 @@ async def _converse(params: Any, errlog: Any, tool: str,
         if isinstance(leaf, MCPError):
             return None, leaf
         raise
+
+
+async def _announce_server(ctx: StepContext, pid_file: str, talk: asyncio.Future[Any]) -> None:
+    """Announce the server's process group (its shell's pid) to the runner as soon as the
+    shell has written it, while the conversation goes on."""
+    while not talk.done():
+        pgid = _read_int(pid_file)
+        if pgid is not None:
+            announce_group(ctx, pgid)
+            return
+        await asyncio.sleep(0.01)
 
 
 def _tail(errlog: Any) -> str | None:

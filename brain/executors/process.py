@@ -1,14 +1,19 @@
-"""Process groups: signal them, tell whether anything in one still lives, end them."""
+"""Process groups: signal them, tell whether anything in one still lives, end them; and
+find again, after a crash or a freeze, the groups a step started."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+from collections.abc import Iterable
 
-from brain.executors.base import RUN_ID_VARIABLE
+from brain.executors.base import RUN_ID_VARIABLE, ProcessGroup, StepContext
 
 KILL_GRACE_SECONDS = 2.0
+#: How long ending a previous try's groups waits for them to be gone (a process in an
+#: uninterruptible sleep dies only when it wakes).
+END_WAIT_SECONDS = 10.0
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> bool:
@@ -22,43 +27,112 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
         return False
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process remains in group ``pgid``."""
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (the state first, which is
+    field 3), or ``None`` when the process is gone or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or parentheses itself.
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of
+    ``/proc/PID/stat``), a zombie included; ``None`` when it is gone or unreadable."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    try:
+        return int(fields[19])
+    except ValueError:
+        return None
+
+
+def live_groups(pgids: Iterable[int]) -> set[int]:
+    """Those of ``pgids`` in which a live (non-zombie) process remains (one look at /proc)."""
+    wanted = set(pgids)
+    if not wanted:
+        return set()
     try:
         entries = os.listdir("/proc")
     except OSError:  # no /proc: fall back to "the group exists", zombies included
-        try:
-            os.killpg(pgid, 0)
-        except OSError:
-            return False
-        return True
+        found = set()
+        for pgid in wanted:
+            try:
+                os.killpg(pgid, 0)
+            except OSError:
+                continue
+            found.add(pgid)
+        return found
+    alive: set[int] = set()
     for entry in entries:
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+        fields = _stat_fields(entry)
+        if fields is None or len(fields) < 3 or fields[0] == b"Z":
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
+        pgid = int(fields[2])
+        if pgid in wanted:
+            alive.add(pgid)
+            if alive == wanted:
+                break
+    return alive
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process remains in group ``pgid``."""
+    return bool(live_groups([pgid]))
+
+
+def announce_group(ctx: StepContext, pid: int) -> None:
+    """Tell the runner (``ctx.on_process``) that the step has just started process ``pid``
+    as the leader of a group of its own. Called at once after the start, while the process
+    cannot have been reaped: its start time is read now."""
+    if ctx.on_process is None:
+        return
+    started = start_ticks(pid)
+    if started is not None:  # else it has already exited: nothing to end later
+        ctx.on_process(ProcessGroup(pid, started))
+
+
+def still_runs(group: ProcessGroup) -> bool:
+    """Whether ``group`` (as a step started it) still has a process: its leader, with the
+    same pid and start time (a zombie included, which keeps its pid), or, once the leader
+    has gone, a member that started after it. Linux gives no process a pid that is still a
+    group's id, so while a member lives the id cannot name another group; and a pid given
+    to another process since never matches the start time."""
+    leader = start_ticks(group.pgid)
+    if leader is not None:
+        return leader == group.started
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return False
+    for entry in entries:
+        fields = _stat_fields(entry) if entry.isdigit() else None
+        if fields is None or len(fields) < 20 or fields[0] == b"Z":
+            continue
+        if int(fields[2]) == group.pgid and int(fields[19]) >= group.started:
             return True
     return False
 
 
-def kill_run_processes(run_id: str) -> int:
-    """SIGKILL the process groups of every local process marked as ``run_id``'s
-    (``BRAIN_RUN_ID`` in its environment): what a dead or frozen executor of this
-    machine left running, before the run's steps run again. Returns how many groups."""
+def run_process_groups(run_id: str) -> set[int]:
+    """The process groups of every local process marked as ``run_id``'s (``BRAIN_RUN_ID``
+    in its environment). Only a net under the groups the runner recorded: a step may
+    drop its environment (``env -i``)."""
     if not run_id:
-        return 0
+        return set()
     marker = f"{RUN_ID_VARIABLE}={run_id}".encode()
     own = {os.getpid(), os.getpgid(0)}
     groups: set[int] = set()
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return 0
+        return set()
     for entry in entries:
         if not entry.isdigit() or int(entry) in own:
             continue
@@ -70,9 +144,21 @@ def kill_run_processes(run_id: str) -> int:
             continue
         if marker in environ and pgid not in own:
             groups.add(pgid)
-    for pgid in groups:
-        signal_group(pgid, signal.SIGKILL)
-    return len(groups)
+    return groups
+
+
+async def end_groups(pgids: Iterable[int], seconds: float = END_WAIT_SECONDS) -> set[int]:
+    """SIGKILL the process groups, then wait (up to ``seconds``) until nothing in them
+    lives, so that what comes next never runs beside them. This process's own group is
+    never touched. Returns the groups that were signalled."""
+    own = {os.getpid(), os.getpgid(0)}
+    signalled = {pgid for pgid in set(pgids) - own
+                 if pgid > 1 and signal_group(pgid, signal.SIGKILL)}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while live_groups(signalled) and loop.time() < deadline:  # noqa: ASYNC110 - polls /proc
+        await asyncio.sleep(0.02)
+    return signalled
 
 
 async def kill_group(pgid: int, grace: float = KILL_GRACE_SECONDS) -> None:

@@ -2,7 +2,8 @@
 
 The step ends when the shell exits; the group is then killed (SIGTERM, then
 SIGKILL after 2 s), so a background child that keeps stdout open cannot hang
-it. A timeout or cancel kills the group at once.
+it. A timeout or cancel kills the group at once. The group is announced to the
+runner as soon as it starts (``StepContext.on_process``), which records it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from brain.executors.base import (
     tail_margin,
     tail_text,
 )
-from brain.executors.process import KILL_GRACE_SECONDS, group_alive, kill_group, signal_group
+from brain.executors.process import (
+    KILL_GRACE_SECONDS,
+    announce_group,
+    group_alive,
+    kill_group,
+    signal_group,
+)
 
 _SECRET_PREFIXES = ("BRAIN_", "THE_BRAIN_")
 _SECRET_NAMES = frozenset({"LLM_API_KEY"})
@@ -87,6 +94,7 @@ class ShellExecutor:
         except ValueError as exc:  # e.g. an embedded NUL in argv
             raise StepFailed(f"cannot start {argv[0]!r}: {exc}", retryable=False) from None
         assert proc.stdout is not None and proc.stderr is not None
+        announce_group(ctx, proc.pid)  # start_new_session: its pid is its group's id
         limit = spec.max_output_bytes
         stdout = _Collector(proc.stdout, limit=limit + 1)
         stderr = _Collector(proc.stderr, keep_tail=8192 + tail_margin())

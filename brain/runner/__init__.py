@@ -24,8 +24,9 @@ from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
 from brain.store.base import RunStore
 
-__all__ = ["WORKFLOW_CHANGED", "EventHandler", "RunnableWorkflow", "StepEvent", "execute_claimed",
-           "execute_run", "new_owner", "resume_run", "run_workflow_now"]
+__all__ = ["WORKFLOW_CHANGED", "EventHandler", "RunnableWorkflow", "StepEvent",
+           "end_leftover_processes", "execute_claimed", "execute_run", "new_owner", "resume_run",
+           "run_workflow_now"]
 
 
 
@@ -168,6 +169,11 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     lease = lease_seconds()
     row = await store.run_row(run_id)
     assert row is not None
+    if not first_start:
+        # Whatever an earlier try of this run left running on this machine (its executor
+        # died, or froze past its lease and may wake any moment) ends before anything
+        # else happens to the run: no step of it may run beside its next try.
+        await end_leftover_processes(store, run_id)
     if row.cancel_requested:
         # Cancelled while nobody executed it (its executor froze or died): it ends here,
         # and none of its steps starts again.
@@ -211,12 +217,6 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     # run {previous.X} reads): choose now, as a first start does.
     never_started = all(status == StepStatus.PENDING.value and tries == 0
                         for status, tries in states.values())
-    if not first_start:
-        # Steps of this run that a dead (or frozen) executor of this machine left running
-        # end now: the resumed steps must not run beside them.
-        from brain.executors.process import kill_run_processes
-
-        kill_run_processes(run_id)
     try:
         # A retry keeps its original's choice, even "none" (its succeeded steps used it).
         if previous is None and row.retry_of is None and (first_start or never_started) and \
@@ -238,6 +238,27 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                              abandon_on_cancel=abandon_on_cancel)
     await execution.execute()
     return await store.get_run(run_id)
+
+
+async def end_leftover_processes(store: RunStore, run_id: str) -> int:
+    """End the process groups earlier tries of ``run_id`` left running on this machine,
+    and wait until they are gone; return how many there were.
+
+    A group is found by what the runner recorded when it started (its id, its leader's
+    start time, the machine), and killed only while its leader still runs with that start
+    time (or, the leader gone, a member started after it does), so a pid given to another
+    process since is never touched. Processes still
+    carrying the run's ``BRAIN_RUN_ID`` are ended too, a net for a group that started
+    just before its executor stopped, before its record was written.
+    """
+    from brain._owners import this_machine
+    from brain.executors.base import ProcessGroup
+    from brain.executors.process import end_groups, run_process_groups, still_runs
+
+    here = this_machine()
+    recorded = {p.pgid for p in await store.step_processes(run_id)
+                if p.machine == here and still_runs(ProcessGroup(p.pgid, p.started))}
+    return len(await end_groups(recorded | run_process_groups(run_id)))
 
 
 async def resume_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *,

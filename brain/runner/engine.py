@@ -4,8 +4,10 @@ Every step's outcome is decided in one place (:meth:`RunExecution._run_step`):
 whatever goes wrong inside the orchestrator while preparing, executing or
 recording a step fails that step with the error text, so no run can end with a
 step left ``pending`` or ``running``. Every write is conditional on this
-executor still holding the run's lease; once it is lost, the run's work stops
-and nothing more is written.
+executor still holding the run's lease; once it is lost, the process groups of
+the run's running steps are killed at once (SIGKILL), the work stops and nothing
+more is written. Every process group a step starts is recorded with the step,
+so that a resume on this machine can end what a frozen or dead executor left.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from brain._clock import utcnow
 from brain._errors import LeaseLost, PlaceholderError, StepFailed
+from brain._owners import this_machine
 from brain._secrets import (
     declare_secret_names,
     declared_secret_names,
@@ -34,12 +39,13 @@ from brain._secrets import (
 from brain.dsl.model import Condition, ForEachSpec, StepSpec, WorkflowSpec
 from brain.dsl.tracing import MAX_ITEMS
 from brain.executors import Executor, StepContext, default_executors
-from brain.executors.base import PreparedStep, StepOutput
+from brain.executors.base import PreparedStep, ProcessGroup, StepOutput
+from brain.executors.process import signal_group
 from brain.placeholders import Ref, render
-from brain.shell_check import render_command
 from brain.results import RunStatus, StepStatus, TriggerData, base_name, clean_text
 from brain.runner.events import EventHandler, StepEvent
-from brain.store.base import QueuedRun
+from brain.shell_check import render_command
+from brain.store.base import QueuedRun, StepProcess
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -135,6 +141,8 @@ class RunExecution:
         self._cancel = asyncio.Event()
         self._cancel_reason = "cancelled"
         self._lease_lost = False
+        #: The process groups of the steps running now, by step name.
+        self._groups: dict[str, list[ProcessGroup]] = {}
         #: The work stopped because the lease could not be renewed in time (a stalled
         #: database): nothing was written since, and the run may be resumed.
         self.stalled = False
@@ -285,7 +293,7 @@ class RunExecution:
             return _Outcome(name, False, self._cancel_reason, recorded=False)
         exc = task.exception()
         if isinstance(exc, LeaseLost):
-            self._lease_lost = True
+            self._lose_lease()
             return None
         if exc is not None:  # _run_step catches everything else; this is a last resort
             return _Outcome(name, False, _internal_error(exc), recorded=False)
@@ -393,11 +401,12 @@ class RunExecution:
             sent = time.monotonic()
             left = self.lease_seconds - (sent - last_renew)
             if left <= 0:
-                log.warning("run %s: lease could not be renewed in time; stopping its work",
-                            self.run_id)
+                # After a stalled database, or a freeze of this process (SIGSTOP, a paused
+                # VM): another executor may be running the steps again already.
                 self.stalled = True
-                self._lease_lost = True
-                self._cancel.set()
+                self._lose_lease()
+                log.warning("run %s: lease could not be renewed in time; its work stopped",
+                            self.run_id)
                 return
             renew = sent - last_renew >= renew_every
             try:
@@ -407,10 +416,43 @@ class RunExecution:
                 continue
             if renew and ours:
                 last_renew = sent
-            if cancel or not ours:
-                self._lease_lost = not ours
+            if not ours:
+                self._lose_lease()
+                return
+            if cancel:
                 self._cancel.set()
                 return
+
+    def _lose_lease(self) -> None:
+        """The lease is lost (or may be): SIGKILL the running steps' process groups now,
+        before anything else (no grace: the run may be another executor's already), and
+        stop the work; nothing more is written."""
+        self._lease_lost = True
+        for groups in self._groups.values():
+            for group in groups:
+                signal_group(group.pgid, signal.SIGKILL)
+        self._cancel.set()
+
+    def _process_started(self, name: str, records: list[asyncio.Task[None]],
+                         group: ProcessGroup) -> None:
+        """A step has started a process group (``StepContext.on_process``): keep it, to kill
+        it if the lease is lost, and record it, so that a resume on this machine can end it.
+        Started after the lease was lost, it is killed at once."""
+        if self._lease_lost:
+            signal_group(group.pgid, signal.SIGKILL)
+            return
+        self._groups.setdefault(name, []).append(group)
+        process = StepProcess(name, group.pgid, group.started, this_machine())
+        task = asyncio.create_task(self.store.step_process(self.run_id, process,
+                                                           owner=self.owner))
+        records.append(task)
+
+        def written(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and isinstance(task.exception(), LeaseLost):
+                self._lose_lease()
+
+        # Collected here; the step's own path awaits it too before its final write.
+        task.add_done_callback(written)
 
     # --- one step ---
 
@@ -479,20 +521,25 @@ class RunExecution:
         mark = _RunningMark(self.store, self.run_id, spec.name, inputs, tries + 1, started,
                             self.owner)
         marked.append(mark)
+        records: list[asyncio.Task[None]] = []
+        ctx = replace(self.ctx, on_process=partial(self._process_started, spec.name, records))
         self._emit(StepEvent(self.run_id, spec.name, spec.kind, "running", tries + 1))
         attempt = 0
         while True:
             attempt += 1
             tries += 1
             try:
-                result = await self._attempt(executor, spec, prepared)
+                result = await self._attempt(executor, spec, prepared, ctx)
             except asyncio.CancelledError:
                 mark.drop()  # the run records this step as cancelled; no late "running"
                 raise
+            finally:
+                self._groups.pop(spec.name, None)  # ended, and its group with it
             ended = utcnow()  # when the work ended, not when its record was written
             if isinstance(result, StepOutput):
                 output = clean_text(_text(result.output, secrets)) or ""
                 await mark.settle()
+                await _settle(records)
                 await self.store.step_finished(
                     self.run_id, spec.name, status=StepStatus.SUCCEEDED, tries=tries,
                     ended_at=ended, output=output, inputs=inputs, started_at=started,
@@ -508,6 +555,7 @@ class RunExecution:
                 await asyncio.sleep(max(delay, result.retry_after or 0.0))
                 continue
             await mark.settle()
+            await _settle(records)
             await self.store.step_finished(
                 self.run_id, spec.name, status=StepStatus.FAILED, tries=tries, ended_at=ended,
                 inputs=inputs, started_at=started,
@@ -680,13 +728,13 @@ class RunExecution:
     def _spec(self, name: str) -> StepSpec:
         return next(s for s in self.wf.spec.steps if s.name == name)
 
-    async def _attempt(self, executor: Executor, spec: StepSpec,
-                       prepared: PreparedStep) -> StepOutput | StepFailed:
+    async def _attempt(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
+                       ctx: StepContext) -> StepOutput | StepFailed:
         """One try: the output, or a :class:`StepFailed` saying why and whether to retry."""
         timeout = asyncio.timeout(spec.timeout_seconds)
         try:
             async with timeout:
-                result: StepOutput = await executor.execute(spec, prepared, self.ctx)
+                result: StepOutput = await executor.execute(spec, prepared, ctx)
         except StepFailed as exc:
             return exc
         except TimeoutError:
@@ -751,6 +799,14 @@ class _RunningMark:
         self.drop()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
+
+
+async def _settle(records: list[asyncio.Task[None]]) -> None:
+    """Before a step's final write: let the records of its process groups land first (a
+    record that failed, a lost lease included, raises here, on the step's own path)."""
+    for task in records:
+        await task
+    records.clear()
 
 
 def remember_known_secrets(wf: RunnableWorkflow) -> frozenset[str]:

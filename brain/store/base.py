@@ -37,6 +37,18 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class StepProcess:
+    """The process group a step's try started, as recorded: its id, when its leader
+    started (clock ticks since boot), and the machine it runs on (``brain._owners.
+    this_machine``). A resume on that machine ends the group if its leader still runs."""
+
+    step: str
+    pgid: int
+    started: int
+    machine: str
+
+
+@dataclass(frozen=True)
 class QueuedRun:
     """A run to queue together with another write (a failure handler's, SPEC §14)."""
 
@@ -91,6 +103,9 @@ class RunStore(Protocol):
                             started_at: datetime | None = None,
                             owner: str | None = None) -> None: ...
 
+    async def step_process(self, run_id: str, process: StepProcess, *,
+                           owner: str | None = None) -> None: ...
+
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None, *, owner: str | None = None) -> None: ...
 
@@ -129,5 +144,7 @@ class RunStore(Protocol):
     async def step_outputs(self, run_id: str) -> dict[str, str]: ...
 
     async def step_states(self, run_id: str) -> dict[str, tuple[str, int]]: ...
+
+    async def step_processes(self, run_id: str) -> list[StepProcess]: ...
 
     async def expired_runs(self) -> list[str]: ...

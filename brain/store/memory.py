@@ -25,7 +25,7 @@ from brain.results import (
     clean_text,
     step_order,
 )
-from brain.store.base import QueuedRun, RunRecord, stored_trigger
+from brain.store.base import QueuedRun, RunRecord, StepProcess, stored_trigger
 
 
 @dataclass
@@ -41,6 +41,7 @@ class _Step:
     stderr: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    process: StepProcess | None = None
 
 
 @dataclass
@@ -171,6 +172,11 @@ class MemoryStore:
             step.inputs = copy.deepcopy(inputs)
         if started_at is not None:
             step.started_at = started_at
+
+    async def step_process(self, run_id: str, process: StepProcess, *,
+                           owner: str | None = None) -> None:
+        """Record the process group a step's try has started, in place of an earlier one's."""
+        self._leased(run_id, owner).steps[process.step].process = process
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None, *, owner: str | None = None) -> None:
@@ -315,6 +321,12 @@ class MemoryStore:
         """``{step name: (status, tries)}``."""
         run = self._runs.get(run_id)
         return {} if run is None else {s.name: (s.status, s.tries) for s in run.steps.values()}
+
+    async def step_processes(self, run_id: str) -> list[StepProcess]:
+        """The process groups a run's steps started (the latest try's of each step)."""
+        run = self._runs.get(run_id)
+        return [] if run is None else [s.process for s in run.steps.values()
+                                       if s.process is not None]
 
     async def expired_runs(self) -> list[str]:
         """Running runs whose lease expired."""

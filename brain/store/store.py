@@ -26,7 +26,7 @@ from brain.results import (
     clean_text,
     step_order,
 )
-from brain.store.base import QueuedRun, RunRecord
+from brain.store.base import QueuedRun, RunRecord, StepProcess
 from brain.store.database import lease_clock
 from brain.store.errors import database_problem
 from brain.store.queue import RunQueue, insert_queued, queued_run_rows
@@ -152,6 +152,18 @@ class Store(RunQueue):
             values["started_at"] = started_at
         query = update(steps).where(steps.c.run_id == run_id, steps.c.name == name)
         _check_lease(await self._one(_leased(query, run_id, owner).values(**values)), owner)
+
+    async def step_process(self, run_id: str, process: StepProcess, *,
+                           owner: str | None = None) -> None:
+        """Record the process group a step's try has started (see :class:`StepProcess`),
+        in place of an earlier try's; only while ``owner`` holds the run's lease, when given."""
+        params = dict(b_run=run_id, b_name=process.step, b_pgid=process.pgid,
+                      b_pstarted=process.started, b_machine=process.machine)
+        if owner is None:
+            await self._hot(_STEP_PROCESS, params)
+        else:
+            _check_lease(await self._hot(_STEP_PROCESS_LEASED, {**params, "b_owner": owner}),
+                         owner)
 
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None, *, owner: str | None = None) -> None:
@@ -452,6 +464,15 @@ class Store(RunQueue):
                                 .where(steps.c.run_id == run_id))
         return {r.name: (r.status, r.tries) for r in rows}
 
+    async def step_processes(self, run_id: str) -> list[StepProcess]:
+        """The process groups a run's steps started (the latest try's of each step)."""
+        rows = await self._rows(
+            select(steps.c.name, steps.c.process_group, steps.c.process_started,
+                   steps.c.process_machine)
+            .where(steps.c.run_id == run_id, steps.c.process_group.is_not(None)))
+        return [StepProcess(r.name, r.process_group, r.process_started, r.process_machine or "")
+                for r in rows if r.process_started is not None]
+
     async def recent_activity(self, ended_after: datetime,
                               limit: int = 500) -> list[tuple[RunResult, dict[str, tuple[str, str, int]]]]:
         """Runs running now, the newest ``limit`` queued or ended after ``ended_after``,
@@ -483,7 +504,7 @@ class Store(RunQueue):
         return [str(r.id) for r in rows]
 
 
-# The two statements every step runs, built once (building them costs more than running them).
+# The statements every step runs, built once (building them costs more than running them).
 _STEP_RUNNING = (
     update(steps)
     .where(steps.c.run_id == bindparam("b_run"), steps.c.name == bindparam("b_name"))
@@ -495,11 +516,17 @@ _STEP_FINISHED = (
     .values(status=bindparam("b_status"), tries=bindparam("b_tries"), ended_at=bindparam("b_ended"),
             output=bindparam("b_output"), error=bindparam("b_error"), stderr=bindparam("b_stderr"),
             inputs=bindparam("b_inputs"), started_at=bindparam("b_started")))
+_STEP_PROCESS = (
+    update(steps)
+    .where(steps.c.run_id == bindparam("b_run"), steps.c.name == bindparam("b_name"))
+    .values(process_group=bindparam("b_pgid"), process_started=bindparam("b_pstarted"),
+            process_machine=bindparam("b_machine")))
 # The same, only while the run's lease is held by ``b_owner``.
 _HOLDS_LEASE = exists().where(runs.c.id == bindparam("b_run"),
                               runs.c.lease_owner == bindparam("b_owner"))
 _STEP_RUNNING_LEASED = _STEP_RUNNING.where(_HOLDS_LEASE)
 _STEP_FINISHED_LEASED = _STEP_FINISHED.where(_HOLDS_LEASE)
+_STEP_PROCESS_LEASED = _STEP_PROCESS.where(_HOLDS_LEASE)
 
 
 def _leased(query: Any, run_id: str, owner: str | None) -> Any:

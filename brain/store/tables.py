@@ -5,12 +5,24 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Column, DateTime, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision this code expects; a test checks it is the migrations' head.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 metadata = MetaData()
 
@@ -101,6 +113,12 @@ steps = Table(
     Column("stderr", StoredText),
     Column("started_at", UTCDateTime),
     Column("ended_at", UTCDateTime),
+    # The process group the step's latest try started, when its leader started (clock
+    # ticks since boot) and on which machine (host, boot, pid namespace): how a resume on
+    # that machine finds and ends what the try left running.
+    Column("process_group", Integer),
+    Column("process_started", BigInteger),
+    Column("process_machine", String(200)),
 )
 
 # One row per executor process (brain serve, brain worker), renewed by its heartbeat.

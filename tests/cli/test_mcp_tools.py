@@ -24,7 +24,7 @@ TIME_SERVER = os.path.join(os.path.dirname(sys.executable), "mcp-server-time")
 TOOL_NAMES = {
     "echo_args", "echo", "fail_with_error", "rpc_error", "die", "kill_self", "hang",
     "flood_stderr", "chatty", "two_texts", "text_and_image", "structured_only", "image_only",
-    "get_pid", "flaky", "show_env", "show_argv", "ask_sampling", "ask_elicitation", "ask_roots",
+    "get_pid", "get_group", "flaky", "show_env", "show_argv", "ask_sampling", "ask_elicitation", "ask_roots",
 }
 MISSING_PATH = "/nonexistent-brain-test-dir/mcp-server"
 

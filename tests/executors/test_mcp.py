@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import sql_rows
 
 from brain import (
     RunResult,
@@ -606,6 +607,22 @@ def test_each_retry_spawns_a_fresh_process(tmp_path: Path):
     assert step.stderr is not None and server_pid(step.stderr) == second
     assert f"pid={first}" not in step.stderr
     assert wait_until(lambda: _gone(first) and _gone(second))
+
+
+def test_the_servers_process_group_is_recorded_with_its_leaders_start_time(tmp_path: Path):
+    """As for shell steps: what a resume on this machine needs to end a server left running."""
+    from brain._owners import this_machine
+
+    @workflow
+    def mcp_group():
+        mcp_tool("group", server_command=tools(), tool="get_group")
+
+    r = mcp_group()
+    assert r.steps["group"].status == "succeeded", r.steps["group"].error
+    pgid, started = (int(x) for x in (r.steps["group"].output or "").split())
+    rows = sql_rows(tmp_path, "SELECT process_group, process_started, process_machine "
+                              "FROM brain_steps WHERE run_id = ?", r.run_id)
+    assert [tuple(row) for row in rows] == [(pgid, started, this_machine())]
 
 
 # --- environment and secrets ---------------------------------------------------

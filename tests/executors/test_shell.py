@@ -423,6 +423,29 @@ def test_missing_cwd_fails_the_step():
 # --- process groups: timeouts and background children ---------------------------
 
 
+def test_each_tries_process_group_is_recorded_with_its_leaders_start_time(tmp_path: Path):
+    """What a resume on this machine needs to end a try left running (SPEC §4, Integrity):
+    the group (the shell's pid), when its leader started (field 22 of /proc/PID/stat), and
+    this machine; a retry's group replaces the first try's."""
+    from brain._owners import this_machine
+
+    log = tmp_path / "groups"
+
+    @workflow
+    def sh_group():
+        shell("group", command='echo "$$ $(cut -d" " -f22 /proc/$$/stat)" >> "$LOG"; '
+                               'test "$(wc -l < "$LOG")" -gt 1',
+              env={"LOG": str(log)}, retries=1, retry_delay_seconds=0.01)
+
+    r = sh_group()
+    assert (r.steps["group"].status, r.steps["group"].tries) == ("succeeded", 2)
+    first, second = (tuple(int(x) for x in line.split()) for line in log.read_text().splitlines())
+    assert first != second
+    rows = sql_rows(tmp_path, "SELECT process_group, process_started, process_machine "
+                              "FROM brain_steps WHERE run_id = ?", r.run_id)
+    assert [tuple(row) for row in rows] == [(*second, this_machine())]
+
+
 def test_timeout_kills_the_whole_process_group(tmp_path: Path):
     pid_file = tmp_path / "grandchild.pid"
 

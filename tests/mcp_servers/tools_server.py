@@ -152,6 +152,16 @@ def get_pid() -> str:
 
 
 @app.tool()
+def get_group() -> str:
+    """This server's process group and when the group's leader started (clock ticks since
+    boot, field 22 of /proc/PID/stat)."""
+    pgid = os.getpgrp()
+    with open(f"/proc/{pgid}/stat") as f:
+        stat = f.read()
+    return f"{pgid} {stat.rsplit(')', 1)[1].split()[19]}"
+
+
+@app.tool()
 def flaky(marker: str, pid_log: str) -> str:
     """Fail (isError) when ``marker`` does not exist yet, creating it; succeed after that.
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import group_alive
 
 from brain import llm, shell, step, workflow
 from brain.results import RunStatus
@@ -205,6 +206,40 @@ def test_a_stall_longer_than_the_lease_stops_the_work_then_a_resume_finishes(
     _final(resumed)
     assert resumed.succeeded, resumed.error
     assert log.read_text().split() == ["start", "start", "end"]  # the first was killed
+
+
+def test_a_lease_taken_by_another_executor_kills_the_steps_group_at_once(
+        tmp_path: Path, db_url: str):
+    """The heartbeat says the run is another's now: the step's process group is SIGKILLed
+    (it traps SIGTERM, so a SIGTERM would show in its log), and nothing more is written."""
+    from sqlalchemy import update
+
+    from brain.store.tables import runs
+
+    log = tmp_path / "log"
+
+    @workflow(name="taken")
+    def taken():
+        shell("work", command=f"trap 'echo TERM >> {log}; exit 143' TERM; "
+                              f"echo \"start $$\" >> {log}; sleep 30 & wait; echo end >> {log}")
+
+    async def scenario() -> tuple[Any, Any]:
+        async with Store(db_url) as store:
+            run_id = await taken.enqueue()
+            execution = asyncio.create_task(execute_run(taken, store, run_id, owner="a:1:a"))
+            await _wait_status(store, run_id, "work", "running")
+            async with store.engine.begin() as conn:
+                await conn.execute(update(runs).where(runs.c.id == run_id)
+                                   .values(lease_owner="b:1:b"))
+            first = await asyncio.wait_for(execution, 30)
+            return first, await store.get_run(run_id)
+
+    first, stored = asyncio.run(scenario())
+    assert first.status == "running"  # the executor recorded no end
+    assert stored.steps["work"].status == "running"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("start "), lines  # no TERM, no end
+    assert not group_alive(int(lines[0].split()[1]))
 
 
 def test_a_step_that_ended_as_the_cancel_arrived_keeps_its_status() -> None:

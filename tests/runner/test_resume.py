@@ -229,3 +229,103 @@ def test_a_run_with_a_step_begun_keeps_its_definition(tmp_path: Path, backend: s
             return done, row.definition_hash
 
     assert asyncio.run(go()) == (False, "old")
+
+
+THREE = """
+    from brain import shell, workflow
+
+    @workflow
+    def three():
+        shell("a", command="echo a")
+        shell("b", command="echo b")
+        shell("c", command="echo c")
+"""
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgresql"])
+def test_a_resume_ends_the_groups_recorded_on_this_machine_and_only_those(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Leftover processes are found by the process group and start time recorded for their
+    step, not by their environment: these have none (no ``BRAIN_RUN_ID``). A group whose
+    leader's start time differs (its pid was given to another process since), or recorded
+    on another machine, is left alone."""
+    from brain._owners import this_machine
+    from brain.executors.process import start_ticks
+    from brain.store.base import StepProcess
+    from brain.store.memory import MemoryStore
+
+    wf = load_file(write_source(tmp_path, "three.py", THREE))["three"]
+    left = [subprocess.Popen(["sleep", "60"], env={}, start_new_session=True)
+            for _ in range(3)]
+    try:
+        ticks = [start_ticks(p.pid) for p in left]
+        assert None not in ticks
+        recorded = [StepProcess("a", left[0].pid, ticks[0], this_machine()),
+                    StepProcess("b", left[1].pid, ticks[1] - 1, this_machine()),  # not it
+                    StepProcess("c", left[2].pid, ticks[2], "elsewhere+0000")]
+        url = (f"sqlite:///{tmp_path / 'r.db'}" if backend != "postgresql"
+               else request.getfixturevalue("pg_url"))
+
+        async def go() -> Any:
+            store: Any = MemoryStore() if backend == "memory" else Store(url)
+            async with store:
+                if backend == "postgresql":
+                    await store.upgrade_schema()
+                run_id = await _dead_run(store, wf, lease_seconds=-1)  # lease expired
+                for process in recorded:
+                    await store.step_process(run_id, process, owner="elsewhere:1:dead")
+                found = await store.step_processes(run_id)
+                assert sorted(found, key=lambda p: p.step) == recorded
+                return await resume_run(wf, store, run_id)
+
+        result = asyncio.run(go())
+        assert result is not None and result.status == RunStatus.SUCCEEDED, result
+        assert left[0].wait(timeout=10) == -signal.SIGKILL
+        assert left[1].poll() is None, "a process whose start time differs was killed"
+        assert left[2].poll() is None, "a process recorded on another machine was killed"
+    finally:
+        for proc in left:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def test_a_resume_ends_a_recorded_group_whose_leader_has_exited(tmp_path: Path) -> None:
+    """The step's shell is gone, but a child it started in the background still runs in
+    its group (and has dropped its environment): the group is ended all the same."""
+    from brain._owners import this_machine
+    from brain.executors.process import group_alive, start_ticks
+    from brain.store.base import StepProcess
+
+    wf = load_file(write_source(tmp_path, "three.py", THREE))["three"]
+    leader = subprocess.Popen(["sh", "-c", "env -i sleep 60 & read line"], env={},
+                              stdin=subprocess.PIPE, start_new_session=True)
+    try:
+        ticks = start_ticks(leader.pid)
+        assert ticks is not None
+        assert leader.stdin is not None
+        leader.stdin.close()  # the shell exits; its background sleep lives on
+        leader.wait(timeout=10)
+        assert group_alive(leader.pid)
+
+        async def go() -> Any:
+            async with Store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+                run_id = await _dead_run(store, wf, lease_seconds=-1)
+                await store.step_process(run_id, StepProcess("a", leader.pid, ticks,
+                                                             this_machine()),
+                                         owner="elsewhere:1:dead")
+                return await resume_run(wf, store, run_id)
+
+        result = asyncio.run(go())
+        assert result is not None and result.status == RunStatus.SUCCEEDED, result
+        assert not group_alive(leader.pid), "the leftover child of the step still runs"
+    finally:
+        signal_group_quietly(leader.pid)
+
+
+def signal_group_quietly(pgid: int) -> None:
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import subprocess
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import delete, func, select, text, update
-from sqlalchemy.engine import make_url
 
 from brain._errors import RunNotFound, StoreError
 from brain.results import RunStatus, StepStatus, TriggerData
@@ -26,10 +25,6 @@ from brain.store.tables import SCHEMA_REVISION, metadata, runs, steps
 T = TypeVar("T")
 HASH = "d" * 64
 FAR_PAST = datetime(2001, 1, 1, tzinfo=UTC)
-
-
-def _asyncpg_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="session")
@@ -400,6 +395,32 @@ def test_step_records(backend: Backend) -> None:
     backend.run(body)
 
 
+def test_step_process_records(backend: Backend) -> None:
+    """The process group a step's try started: the latest try's is kept, under the lease;
+    start times past 2**31 clock ticks (a machine up for long) fit."""
+    from brain.store.base import StepProcess
+    from brain.store.memory import MemoryStore
+
+    async def check(store: Any) -> None:
+        run_id = await make_run(store, backend.name(), owner="me:1:a")
+        assert await store.step_processes(run_id) == []
+        first = StepProcess("one", 4242, 2**40, "host+abcd1234")
+        await store.step_process(run_id, first, owner="me:1:a")
+        await store.step_process(run_id, StepProcess("two", 77, 5, "host+abcd1234"))
+        again = StepProcess("two", 78, 9, "other+00000000")
+        await store.step_process(run_id, again, owner="me:1:a")
+        found = sorted(await store.step_processes(run_id), key=lambda p: p.step)
+        assert found == [first, again]
+        assert await store.step_processes(new_id()) == []
+
+    backend.run(check)
+
+    async def on_memory() -> None:
+        await check(MemoryStore(opened=True))
+
+    asyncio.run(on_memory())
+
+
 # --- schema -------------------------------------------------------------------------------------
 
 
@@ -494,28 +515,6 @@ def test_sqlite_bad_synchronous_setting_is_a_store_error(tmp_path: Path,
 # --- PostgreSQL schema checks -------------------------------------------------------------------
 
 
-@pytest.fixture
-def fresh_pg_url(pg_url: str) -> Iterator[str]:
-    """A brand-new, empty PostgreSQL database, dropped afterwards."""
-    import asyncpg
-
-    name = f"brain_test_{uuid.uuid4().hex[:12]}"
-    admin_dsn = _asyncpg_dsn(pg_url)
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(admin_dsn, timeout=10)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(pg_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 def _open(url: str) -> None:
     async def go() -> None:
         async with Store(url) as store:
@@ -584,6 +583,7 @@ def test_postgres_refuses_an_old_schema_until_db_upgrade(fresh_pg_url: str,
 
 def test_writes_under_a_lost_lease_change_nothing(backend: Backend) -> None:
     from brain._errors import LeaseLost
+    from brain.store.base import StepProcess
     from brain.store.memory import MemoryStore
 
     async def check(store: Any) -> None:
@@ -608,6 +608,7 @@ def test_writes_under_a_lost_lease_change_nothing(backend: Backend) -> None:
             store.steps_ended(run_id, ["two", "three"], StepStatus.CANCELLED, owner="me:1:a"),
             store.reset_steps(run_id, ["one"], owner="me:1:a"),
             store.set_previous_run(run_id, "x" * 32, owner="me:1:a"),
+            store.step_process(run_id, StepProcess("two", 4242, 1, "m"), owner="me:1:a"),
             store.finish_run(run_id, RunStatus.SUCCEEDED, owner="me:1:a"),
         ]
         for write in writes:
@@ -615,6 +616,7 @@ def test_writes_under_a_lost_lease_change_nothing(backend: Backend) -> None:
                 await write
         run = await store.get_run(run_id)
         assert run.status == "running" and run.previous_run_id is None
+        assert await store.step_processes(run_id) == []
         assert [s.status for s in run.steps.values()] == ["succeeded", "pending", "pending"]
         assert run.steps["one"].output == "mine"
         # The thief's own writes go through.
