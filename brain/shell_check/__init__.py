@@ -222,7 +222,8 @@ _BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 # tree-sitter read them differently from bash.
 _BASH_ONLY = re.compile(r"\[\[|(?<!\$)\(\(|\$\[|[\w\]]\[[^\]\n]*\]\+?=|\$\{[#!]?\w+//?")
 _SET_DYNAMIC = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*[$`]")
-_LONE_DOLLAR = re.compile(r"\$(?=[\s]|$)")
+# A `$` that is not part of `$$` (the shell's pid), before a blank or at the end.
+_LONE_DOLLAR = re.compile(r"(?<!\$)(?:\$\$)*\$(?=\s|$)")
 _SET_KEYWORD = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*(?:\s[-+][a-zA-Z]*k|keyword)")
 
 
