@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from brain._errors import WorkflowDefinitionError, WorkflowLoadError
 from brain.runnable import Workflow
@@ -15,17 +19,71 @@ from brain.runnable import Workflow
 _SKIP_PREFIXES = ("_", "test_")
 
 
+class _ExitedWhileImporting(BaseException):
+    """Raised instead of ending the process when a file being imported calls ``os._exit``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+_real_exit = os._exit
+_importing = threading.local()  # per thread: files being imported, and by which process
+_guard_lock = threading.Lock()
+_guard_users = 0
+
+
+def _exit_unless_importing(status: int) -> NoReturn:
+    """``os._exit`` while a workflow file is imported: in the importing thread of the
+    importing process, an exception (the import fails with a message); anywhere else (a
+    thread of its own, a forked child) the real thing."""
+    if getattr(_importing, "depth", 0) and getattr(_importing, "pid", None) == os.getpid():
+        raise _ExitedWhileImporting(status)
+    _real_exit(status)
+
+
+@contextlib.contextmanager
+def _exit_refused() -> Iterator[None]:
+    """Within the block, ``os._exit`` called by this thread raises
+    :class:`_ExitedWhileImporting` instead of ending the process (``sys.exit`` raises
+    ``SystemExit`` anyway), so a file that exits while imported is an error, not a
+    silent end of ``brain check`` with status 0."""
+    global _guard_users
+    with _guard_lock:
+        if _guard_users == 0:
+            os._exit = _exit_unless_importing
+        _guard_users += 1
+    _importing.depth = getattr(_importing, "depth", 0) + 1
+    _importing.pid = os.getpid()
+    try:
+        yield
+    finally:
+        _importing.depth -= 1
+        with _guard_lock:
+            _guard_users -= 1
+            if _guard_users == 0:
+                os._exit = _real_exit
+
+
 def _describe(path: str, exc: BaseException) -> str:
     """``path:line: Error: message``, pointing at the user's file, never a traceback."""
     if isinstance(exc, WorkflowDefinitionError):
         return f"{path}: {exc}"
     if isinstance(exc, SyntaxError):
-        return f"{exc.filename or path}:{exc.lineno}: SyntaxError: {exc.msg}"
+        # No line for some (a NUL byte in the source): then the file alone.
+        where = exc.filename or path
+        return f"{where}:{exc.lineno}: SyntaxError: {exc.msg}" if exc.lineno \
+            else f"{where}: SyntaxError: {exc.msg}"
     line = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if os.path.abspath(frame.filename) == path:
             line = frame.lineno
     where = f"{path}:{line}" if line else path
+    if isinstance(exc, _ExitedWhileImporting | SystemExit):
+        how = (f"os._exit({exc.status})" if isinstance(exc, _ExitedWhileImporting)
+               else f"sys.exit({'' if exc.code is None else repr(exc.code)})")
+        return (f"{where}: the file exited while being imported ({how}): a workflow file "
+                f"must not end the process")
     return f"{where}: {type(exc).__name__}: {exc}"
 
 
@@ -45,8 +103,9 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Workflow]:
     sys.modules[module_name] = module
     sys.path.insert(0, folder)  # so the file can import its neighbours
     try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:
+        with _exit_refused():
+            spec.loader.exec_module(module)
+    except (Exception, SystemExit, _ExitedWhileImporting) as exc:
         sys.modules.pop(module_name, None)
         raise WorkflowLoadError(_describe(full, exc)) from None
     finally:

@@ -4,9 +4,11 @@ orchestrator's environment."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
+import string
 import subprocess
 import tempfile
 import textwrap
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from brain import secret, shell, step, workflow
@@ -383,3 +385,94 @@ def test_a_secret_that_is_a_form_of_another_keeps_its_own_forms() -> None:
     remember("p@ss/word:42 ")  # its stripped form is the next secret
     remember("p@ss/word:42")
     assert scrub(quote("p@ss/word:42", safe="")) == "***"
+
+
+# --- encoded secrets (SPEC §11: base64 in every alignment, hex) ------------------------------
+
+_ENCODERS = {
+    "base64": lambda data: base64.b64encode(data).decode(),
+    "urlsafe": lambda data: base64.urlsafe_b64encode(data).decode(),
+    "hex": lambda data: data.hex(),
+    "HEX": lambda data: data.hex().upper(),
+}
+_ALPHABETS = {
+    "base64": string.ascii_letters + string.digits + "+/",
+    "urlsafe": string.ascii_letters + string.digits + "-_",
+    "hex": "0123456789abcdef",
+    "HEX": "0123456789ABCDEF",
+}
+_SECRET_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"),
+                       min_size=MIN_SECRET_LENGTH, max_size=64)
+
+
+def _core(encoding: str, encoded: str, start: int, size: int) -> str:
+    """The characters of ``encoded`` made only of the bytes ``[start, start + size)``: for
+    hex, two per byte; for base64 (6 bits a character), those lying wholly inside them."""
+    if encoding in ("hex", "HEX"):
+        return encoded[2 * start:2 * (start + size)]
+    return encoded[-(-8 * start // 6):8 * (start + size) // 6]
+
+
+def _decodes_to(text: str, encoding: str, secret: bytes) -> bool:
+    """Whether some stretch of ``text`` in the encoding's alphabet, read from any character,
+    decodes to bytes holding ``secret``."""
+    alphabet = _ALPHABETS[encoding]
+    runs = "".join(c if c in alphabet else " " for c in text).split()
+    for run in runs:
+        if encoding in ("hex", "HEX"):
+            pieces = [bytes.fromhex(run[shift:][:len(run[shift:]) // 2 * 2]) for shift in (0, 1)]
+        else:
+            decode = base64.b64decode if encoding == "base64" else base64.urlsafe_b64decode
+            pieces = [decode(run[shift:][:len(run[shift:]) // 4 * 4]) for shift in range(4)]
+        if any(secret in piece for piece in pieces):
+            return True
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_SECRET_TEXT, before=st.binary(max_size=40), after=st.binary(max_size=40),
+       encoding=st.sampled_from(sorted(_ENCODERS)))
+def test_a_secret_encoded_inside_a_longer_text_leaves_nothing_that_decodes_to_it(
+        value: str, before: bytes, after: bytes, encoding: str) -> None:
+    """Base64 (both alphabets, the secret at any byte offset) and hex of a text holding the
+    secret: its aligned core is gone, and no stretch of what is left decodes to it."""
+    from brain._secrets import scrub
+
+    secret = value.encode()
+    encoded = _ENCODERS[encoding](before + secret + after)
+    core = _core(encoding, encoded, len(before), len(secret))
+    assert len(core) >= MIN_SECRET_LENGTH  # even an 8-byte secret has a core worth scrubbing
+    with _only_adding(value):
+        scrubbed = scrub(encoded) or ""
+        alone = scrub(_ENCODERS[encoding](secret))
+    assert core not in scrubbed
+    assert not _decodes_to(scrubbed, encoding, secret), scrubbed
+    assert "***" in scrubbed
+    assert alone == "***"  # the value encoded by itself, padding included
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_SECRET_TEXT, data=st.binary(max_size=200), encoding=st.sampled_from(sorted(_ENCODERS)))
+def test_encoded_text_without_the_secret_is_left_alone(value: str, data: bytes,
+                                                        encoding: str) -> None:
+    """Remembering a secret's encodings does not make other encoded text lose characters."""
+    from brain._secrets import scrub
+
+    encoded = _ENCODERS[encoding](data)
+    secret = value.encode()
+    assume(secret[1:-1] not in data and value not in encoded)
+    with _only_adding(value):
+        assert scrub(encoded) == encoded
+
+
+def test_a_secret_in_a_basic_auth_header_and_a_hex_dump_is_scrubbed() -> None:
+    from brain._secrets import scrub
+
+    value = "hunter2-is-my-password"
+    with _only_adding(value):
+        for user in ("a", "ab", "abc"):  # the three alignments after "user:"
+            header = base64.b64encode(f"{user}:{value}".encode()).decode()
+            shown = scrub(f"Authorization: Basic {header}") or ""
+            assert "***" in shown
+            assert not _decodes_to(shown, "base64", value.encode())
+        assert scrub(f"dump {value.encode().hex()} end") == "dump *** end"

@@ -19,6 +19,7 @@ from brain.cli import render
 if TYPE_CHECKING:
     from brain.dsl.model import WorkflowGraph
     from brain.results import RunResult
+    from brain.runner.events import EventHandler, StepEvent
     from brain.store import Store
 
 T = TypeVar("T")
@@ -82,10 +83,14 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Run a workflow now, with live progress (or only its JSON on stdout)."""
+    from brain.cli.startup import root_warning
     from brain.loader import load_target
 
     wf = load_target(args.target)
     progress = None if args.json else render.Progress(wf)
+    warning = root_warning()
+    on_event = _warn_first(warning, progress) if warning else progress
 
     async def go() -> RunResult:
         # SIGTERM stops the run the way Ctrl-C does: steps killed, the run recorded cancelled.
@@ -93,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert task is not None
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         try:
-            return await wf.arun(args.body, on_event=progress)
+            return await wf.arun(args.body, on_event=on_event)
         except asyncio.CancelledError:
             raise KeyboardInterrupt from None
 
@@ -103,6 +108,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         render.run_summary(result)
     return 0 if result.succeeded else 1
+
+
+def _warn_first(message: str, then: EventHandler | None) -> EventHandler:
+    """An event handler that prints ``message`` as a warning with the run's first event,
+    before any step runs, then passes every event on to ``then``. A command that fails
+    before (a file that does not load, an unusable database) shows only its error line."""
+    shown = False
+
+    def handle(event: StepEvent) -> None:
+        nonlocal shown
+        if not shown:
+            shown = True
+            render.warning(message)
+        if then is not None:
+            then(event)
+
+    return handle
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -59,6 +59,11 @@ def error(message: str) -> None:
     err.print(f"[red]error:[/] {escape(message)}")
 
 
+def warning(message: str) -> None:
+    """A warning line on stderr."""
+    err.print(f"[yellow]warning:[/] {escape(message)}")
+
+
 def ok(message: str) -> None:
     """A plain confirmation on stderr."""
     err.print(escape(message))

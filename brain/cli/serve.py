@@ -13,9 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from brain._errors import BrainError
 from brain.cli.logs import announce, say, setup_logging
+from brain.cli.startup import root_warning, serving_lock
 
 if TYPE_CHECKING:
+    from litestar import Litestar
+
     from brain.server.app import BrainPlugin
+    from brain.service import BrainService
 
 log = logging.getLogger("brain.server")
 
@@ -230,10 +234,7 @@ def _server_class() -> type[Any]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP server with executors, schedules, webhooks and watchers."""
-    import uvicorn
-
     from brain.server import create_app
-    from brain.server.app import BrainPlugin
     from brain.server.security import api_token, is_loopback_host
 
     if api_token() is None and not is_loopback_host(args.host):
@@ -247,7 +248,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      reload_paths=(args.paths or ["."]) if args.reload else None)
     service = app.state["brain"]
     asyncio.run(service.preflight())
+    with serving_lock(service.store.url, "serve"):
+        return _serve(app, service, workflows, args)
+
+
+def _warn_if_root() -> None:
+    """The root warning (SPEC §11) as a line of the log, when running as root."""
+    warning = root_warning()
+    if warning:
+        log.warning("%s", warning)
+
+
+def _serve(app: Litestar, service: BrainService, workflows: dict[str, object],
+           args: argparse.Namespace) -> int:
+    """Bind, say so, and serve until stopped (the database's serving lock held)."""
+    import uvicorn
+
+    from brain.server.app import BrainPlugin
+
     sock = bind_socket(args.host, args.port)
+    _warn_if_root()
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
     announce(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
               f"http://{args.host}:{args.port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
@@ -289,29 +309,37 @@ def cmd_worker(args: argparse.Namespace) -> int:
                                concurrency=args.concurrency,
                                triggers=False)
         await service.preflight()
-        await service.start()
-        announce(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
-                  f"once, database {service.store.shown_url}")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        stopping: list[asyncio.Future[None]] = []
-
-        def on_signal() -> None:
-            if not stop.is_set():
-                stop.set()
-                return
-            # A second Ctrl-C: stop at once (unfinished runs stay resumable).
-            say("stopping now: running steps are stopped, their runs resume on the next start")
-            stopping.append(asyncio.ensure_future(service.stop(grace_seconds=0)))
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal)
-        await stop.wait()
-        say(f"stopping: letting running steps finish (up to {STOP_GRACE_SECONDS}s; "
-             f"Ctrl-C again to stop now)")
-        await service.stop(grace_seconds=STOP_GRACE_SECONDS)
-        for hurry in stopping:
-            await hurry
+        with serving_lock(service.store.url, "worker"):
+            _warn_if_root()
+            await _work(service, workflows)
 
     asyncio.run(go())
     return 0
+
+
+async def _work(service: BrainService, workflows: dict[str, object]) -> None:
+    """Start the worker's executors; stop them on SIGTERM/SIGINT (a second one stops the
+    running steps at once)."""
+    await service.start()
+    announce(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
+             f"once, database {service.store.shown_url}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Future[None]] = []
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            stop.set()
+            return
+        # A second Ctrl-C: stop at once (unfinished runs stay resumable).
+        say("stopping now: running steps are stopped, their runs resume on the next start")
+        stopping.append(asyncio.ensure_future(service.stop(grace_seconds=0)))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    await stop.wait()
+    say(f"stopping: letting running steps finish (up to {STOP_GRACE_SECONDS}s; "
+        f"Ctrl-C again to stop now)")
+    await service.stop(grace_seconds=STOP_GRACE_SECONDS)
+    for hurry in stopping:
+        await hurry

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,15 @@ BROKEN = {
         "from brain import shell, workflow\n\n@workflow\ndef dup():\n"
         "    shell('a', command='echo 1')\n    shell('a', command='echo 2')\n",
         "duplicate step name"),
+    # A file that ends the process while imported: without a guard, `brain check` said
+    # nothing and exited 0.
+    "os_exit": ("import os\n\nos._exit(0)\n",
+                "broken_flow.py:3: the file exited while being imported (os._exit(0))"),
+    "sys_exit": ("import sys\n\nsys.exit(0)\n",
+                 "broken_flow.py:3: the file exited while being imported (sys.exit(0))"),
+    # No line number to show (it was shown as "None").
+    "nul_byte": ("from brain import workflow\n\x00\n",
+                 "broken_flow.py: SyntaxError: source code string cannot contain null bytes"),
 }
 
 PASSWORD_URL = "postgresql+asyncpg://u:s3cret@127.0.0.1:1/x"
@@ -247,6 +257,33 @@ def test_missing_file_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
         assert "Traceback" not in proc.stderr, args
 
 
+def _run_as(euid: int, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    """``brain ARGS`` in a real subprocess that takes itself for user ``euid`` (the tests
+    run as one user; the warning depends only on the effective uid)."""
+    code = ("import os, sys; os.geteuid = lambda: int(sys.argv[1]); "
+            "from brain.cli import main; main(sys.argv[2:])")
+    return subprocess.run([sys.executable, "-c", code, str(euid), *map(str, args)],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_run_as_root_warns_in_one_line_that_steps_can_read_the_secrets(
+        tmp_path: Path, brain_cmd: list[str]) -> None:
+    wf = write_source(tmp_path, "flows.py", GOOD)
+    for proc, root in [(_run_as(0, "run", f"{wf}:greet", "--json"), True),
+                       (_run_as(1000, "run", f"{wf}:greet", "--json"), False),
+                       (brain(brain_cmd, "run", f"{wf}:greet"), os.geteuid() == 0)]:
+        assert proc.returncode == 0, proc.stderr
+        warnings = [line for line in proc.stderr.splitlines() if "root" in line]
+        if root:
+            assert len(warnings) == 1, proc.stderr
+            assert warnings[0].startswith("warning: running as root")
+            assert "can read the orchestrator's secrets" in warnings[0]
+            assert "dedicated unprivileged user" in warnings[0]
+        else:
+            assert warnings == [], proc.stderr
+        assert "root" not in proc.stdout  # --json: stdout is only the run
+
+
 # --- brain check / graph --------------------------------------------------------------------
 
 
@@ -257,6 +294,30 @@ def test_check_good_files_exit_0(tmp_path: Path, brain_cmd: list[str]) -> None:
     assert proc.returncode == 0, proc.stderr
     for name in ("greet", "other", "fan"):
         assert name in proc.stderr + proc.stdout
+
+
+def test_check_a_file_whose_forked_child_exits_at_import_is_fine(tmp_path: Path,
+                                                                  brain_cmd: list[str]) -> None:
+    """Only the importing process is guarded: a child the file forks still ends with
+    ``os._exit`` (it does not carry on as a second ``brain check``)."""
+    wf = write_source(tmp_path, "forking.py", """
+        import os
+
+        from brain import shell, workflow
+
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 7
+
+        @workflow
+        def forking():
+            shell("a", command="echo a")
+    """)
+    proc = brain(brain_cmd, "check", wf)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout + proc.stderr).count("forking (1 steps)") == 1
 
 
 def test_check_one_bad_file_among_several_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:

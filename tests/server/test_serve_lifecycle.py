@@ -3,6 +3,7 @@ file descriptors running out — each against a real subprocess, bounded in time
 
 from __future__ import annotations
 
+import os
 import resource
 import signal
 import socket
@@ -191,3 +192,67 @@ def test_worker_second_sigint_stops_at_once_and_the_run_stays_resumable(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+ROOT_LINES = 1 if os.geteuid() == 0 else 0  # the root warning (SPEC §11), once per start
+
+
+def _refused(argv: list[str], env: dict[str, str], holder: str, pid: int) -> None:
+    """``argv`` (a second serving process) exits 2 with one line naming the first by pid."""
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines  # no root warning either: it never started
+    assert f"brain {holder} (pid {pid}) already serves the database" in lines[0], lines
+    assert "one brain serve or brain worker per SQLite file" in lines[0]
+    assert "The Brain" not in lines[0]
+
+
+def test_one_serving_process_per_sqlite_file_the_second_exits_2_naming_the_first(
+        tmp_path: Path) -> None:
+    folder = make_folder(tmp_path)
+    env = clean_env(tmp_path / "brain.db")
+    server = BrainServer(brain_argv(), folder, tmp_path, env)
+    try:
+        server.wait_healthy()
+        _refused([*brain_argv(), "worker", str(folder)], env, "serve", server.proc.pid)
+        _refused([*brain_argv(), "serve", str(folder), "--port", str(server.port + 1)], env,
+                 "serve", server.proc.pid)
+        # Other commands share the file.
+        shown = subprocess.run([*brain_argv(), "runs", "--json"], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert server.output().count("running as root") == ROOT_LINES
+    finally:
+        assert server.stop() == 0
+    # Stopped, the file is free: a worker serves it, and a serve is refused in its turn; once
+    # the worker is killed (no clean-up at all), a serve starts.
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen([*brain_argv(), "worker", str(folder)], env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "The Brain worker" in log.read_text(), 30, "the worker to start")
+        _refused([*brain_argv(), "serve", str(folder), "--port", str(server.port)], env,
+                 "worker", worker.pid)
+        assert log.read_text().count("running as root") == ROOT_LINES
+    finally:
+        worker.kill()
+        worker.wait(30)
+    again = BrainServer(brain_argv(), folder, tmp_path, env)
+    again.wait_healthy()
+    assert again.stop() == 0
+
+
+def test_other_databases_are_not_locked(tmp_path: Path) -> None:
+    from brain.cli.startup import serving_lock, sqlite_file
+
+    assert sqlite_file("sqlite+aiosqlite:///:memory:") is None
+    assert sqlite_file("sqlite://") is None
+    assert sqlite_file("postgresql+asyncpg://u:p@127.0.0.1/db") is None
+    with serving_lock("sqlite+aiosqlite:///:memory:", "serve"), \
+            serving_lock("sqlite+aiosqlite:///:memory:", "serve"):
+        pass  # nothing to share: no lock
+    # The same file by two names is one file.
+    (tmp_path / "sub").mkdir()
+    assert sqlite_file(f"sqlite:///{tmp_path}/sub/../b.db") == sqlite_file(f"sqlite:///{tmp_path}/b.db")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import time
 from datetime import timedelta
@@ -23,7 +22,9 @@ from brain.store.tables import workers
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")
 
 
-def test_serve_and_worker_are_listed_and_a_silent_one_is_lost(tmp_path: Path) -> None:
+def test_serve_and_worker_are_listed_and_a_silent_one_is_lost(tmp_path: Path,
+                                                              fresh_pg_url: str) -> None:
+    """On PostgreSQL: a SQLite file takes one serving process only (SPEC §4)."""
     folder = tmp_path / "flows"
     folder.mkdir()
     write_source(folder, "flows.py", """
@@ -33,9 +34,11 @@ def test_serve_and_worker_are_listed_and_a_silent_one_is_lost(tmp_path: Path) ->
         def hello():
             shell("hi", argv=["echo", "hi"])
     """)
-    db = tmp_path / "brain.db"
-    env = clean_env(db, {"BRAIN_LEASE_SECONDS": "5"})
-    url = env["BRAIN_DATABASE_URL"]
+    env = clean_env(tmp_path / "unused.db", {"BRAIN_LEASE_SECONDS": "5",
+                                             "BRAIN_DATABASE_URL": fresh_pg_url})
+    url = fresh_pg_url
+    subprocess.run([*brain_argv(), "db", "upgrade"], env=env, check=True, capture_output=True,
+                   timeout=60)
 
     async def stale() -> None:  # a worker of another machine that stopped beating long ago
         async with Store(url) as store:
@@ -79,4 +82,3 @@ def test_serve_and_worker_are_listed_and_a_silent_one_is_lost(tmp_path: Path) ->
             return [r["id"] for r in await store.list_workers()]
 
     assert asyncio.run(after()) == ["gone+x:77:aa"], "stopped processes remove their rows"
-    assert os.path.exists(db)
