@@ -197,6 +197,7 @@ def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quotin
                        f"shell script (line {line}), so it cannot be checked; fix the syntax, or "
                        f"pass the values through env= or stdin=")
     quoting: list[Quoting] = []
+    assigned = False
     for ref, start, end in spans:
         checker = _Marker(source, prefix, start, end)
         try:
@@ -207,11 +208,18 @@ def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quotin
             raise _Problem(f"placeholder {ref.text} is nested too deeply to be checked; "
                            f"{_ADVICE}") from None
         quoting.append(checker.quoting)
+        assigned = assigned or checker.assigned
     # Where each placeholder stands is fine; now what else in the command could still
     # turn its value into code.
     problem = _global_problem(root, marked)
     if problem:
         raise _Problem(f"placeholder {first} cannot be checked: {problem}; {_ADVICE}")
+    evaluates = _EVALUATES_VARIABLES.search(re.sub(r"['\"\\\\]", "", marked))
+    if assigned and evaluates:
+        raise _Problem(f"placeholder {first} is in a $(…) whose output is assigned to a "
+                       f"variable, and the command evaluates variables ({evaluates.group(0)!r}: "
+                       f"as arithmetic, a name or code); pass the value through env= and use "
+                       f"\"$VAR\" as a plain argument")
     return tuple(quoting)
 
 
@@ -221,6 +229,12 @@ _BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 # [[ … ]], ((…)) (not $((…))), $[…], a[…]=, ${v/pattern/…}: bash-only, and dash or
 # tree-sitter read them differently from bash.
 _BASH_ONLY = re.compile(r"\[\[|(?<!\$)\(\(|\$\[|[\w\]]\[[^\]\n]*\]\+?=|\$\{[#!]?\w+//?")
+# Where bash evaluates a variable's value as arithmetic, a name or code: a variable that
+# holds a value must not meet these (NAME=$(… {x} …)).
+_EVALUATES_VARIABLES = re.compile(
+    r"\$\(\(|\$\[|\(\(|\[\[|\$\{!|(?<![\w-])(?:let|declare|typeset|local|readonly|export|unset|"
+    r"read|readarray|mapfile|eval|source|trap|printf|test|alias|getopts|select|shift|exit|"
+    r"return|wait|ulimit|set|shopt)(?![\w-])|(?<![\w-])-v(?![\w-])|(?:^|[\s;&|(])\.\s")
 _SET_DYNAMIC = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*[$`]")
 # A `$` that is not part of `$$` (the shell's pid), before a blank or at the end.
 _LONE_DOLLAR = re.compile(r"(?<!\$)(?:\$\$)*\$(?=\s|$)")
@@ -429,6 +443,8 @@ class _Marker:
         self.in_expansion = False
         #: The output of a $(…) holding the marker is unquoted so far (split into words).
         self.split = False
+        #: The output of a $(…) holding the marker is assigned to a variable.
+        self.assigned = False
 
     def check(self, root: Node) -> None:
         """Raise :class:`_Refused` unless the marker stands as plain data."""
@@ -555,9 +571,18 @@ class _Marker:
                                "as an expression (a[$(…)] runs)")
             elif kind == "subscript":
                 raise _Refused("in an array subscript, which bash evaluates as arithmetic")
+            elif kind == "variable_assignment" and output and not self.assigned and \
+                    node.parent is not None and node.parent.type in _STATEMENT_PARENTS:
+                # NAME=$(… {x} …) on its own: the output becomes the variable's value, which
+                # is data as long as nothing evaluates variables (checked template-wide).
+                self.assigned = True
+                self.climb_statement(node)
+                return
             elif kind in ("variable_assignment", "variable_assignments"):
                 raise _Refused("in an assignment (NAME={x}), whose variable may later be "
-                               "evaluated as arithmetic or as a name")
+                               "evaluated as arithmetic or as a name",
+                               "write NAME=\"$(printf '%s' {x})\" (the template then may not "
+                               "evaluate variables), or pass the value through env=")
             elif kind in ("declaration_command", "unset_command"):
                 word = _text(node).split(None, 1)[0]
                 raise _Refused(f"an argument of {word}, which takes variable names and "
@@ -565,7 +590,10 @@ class _Marker:
             elif kind == "case_item":
                 raise _Refused("in a case pattern")
             elif kind == "case_statement":
-                raise _Refused("the word of a case statement")
+                if child is None or _field(child) != "value":
+                    raise _Refused("in a case statement other than its word")
+                self.climb_statement(node)  # `case {x} in`: the word is matched, as data
+                return
             elif kind == "for_statement":
                 raise _Refused("in the word list of a for loop (it is assigned to the loop "
                                "variable)")
@@ -649,6 +677,8 @@ class _Marker:
             self.check_find(words)
         elif row is None:
             return
+        elif row.runs == "code" and row.variable_options and self.only_variables(row, words):
+            return  # psql -v id={x}: a variable it sets, data until SQL reads it (:'id')
         elif row.runs == "code":
             raise _Refused(f"an argument of {base}, which {row.why}",
                            "pass the value through env= (and use \"$VAR\") or stdin=")
@@ -664,6 +694,28 @@ class _Marker:
             self.check_program_text(base, row, words)
         else:
             self.check_options(base, row, words)
+
+    def variable_value(self, word: Node) -> bool:
+        """Whether ``word`` is ``NAME=`` written literally, then text holding the value."""
+        return re.match(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""", _text(word)) is not None \
+            and not _text(word).startswith(self.prefix)
+
+    def only_variables(self, row: Program, words: list[Node]) -> bool:
+        """Whether every placeholder among ``words`` is the ``NAME=value`` argument of one of
+        the row's variable options (``psql -v id={x}``, ``--set=id={x}``)."""
+        for i, word in enumerate(words):
+            if not self.hostile(word):
+                continue
+            before = _literal(words[i - 1]) if i else None
+            text = _text(word)
+            attached = next((o for o in row.variable_options if text.startswith(o + "=")), None)
+            if attached is not None:
+                text = text[len(attached) + 1:]
+            elif before not in row.variable_options:
+                return False
+            if re.match(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""", text) is None:
+                return False
+        return True
 
     def check_input_of(self, cmd: Node | None, how: str) -> None:
         """``sh < {x}``, ``sh <<< {x}``, ``. /dev/stdin <<< {x}``: what the command reads
@@ -713,6 +765,8 @@ class _Marker:
         if row.runs == "names" and not how.startswith("the name"):
             raise _Refused(f"a here-string read by {base}, which assigns it to a variable "
                            f"(like NAME={{x}})")
+        if row.runs == "subcommand" and self.running_subcommand(row, words) is None:
+            return  # docker login --password-stdin: a subcommand that reads data
         if row.runs in ("code", "names", "program", "subcommand") or \
                 not self.has_program_text(base, row, words):
             raise self.stdin_refusal(how, base)
@@ -721,15 +775,23 @@ class _Marker:
                            words: list[Node]) -> Iterator[tuple[str, list[Node], bool]]:
         """The words a wrapper may run as its program, with their arguments, and whether
         each is certainly the program (it is not right after an option that may take it).
-        Stops at a word that is not literal."""
-        after_option = False
+        Stops at a word that is not literal. Where the row lists the options that take an
+        argument (``nice -n 5``), the program is always certain."""
+        precise = bool(row.arg_options)
+        after_option = skip = False
         leading = row.leading
         for i, word in enumerate(words):
             lit = _literal(word)
             if lit is None or self.hostile(word):
                 return
+            if skip:  # the argument of the option before
+                skip = False
+                continue
+            if lit in row.code_options or lit.split("=", 1)[0] in row.code_options:
+                return  # env -S 'sh -c': a command line of its own
             if lit.startswith("-") or (name == "env" and "=" in lit):
-                after_option = lit.startswith("-")
+                after_option = lit.startswith("-") and not precise
+                skip = precise and lit in row.arg_options
                 continue
             if leading > 0 and not after_option:
                 leading -= 1
@@ -807,6 +869,10 @@ class _Marker:
                 return
             if lit in code_opts or lit in arg_opts:
                 given = words[i + 1] if i + 1 < len(words) else None
+                if given is not None and lit in row.variable_options and \
+                        self.variable_value(given):
+                    i += 2  # awk -v n={x}: a variable, data
+                    continue
                 if given is None or self.hostile(given) or _literal(given) is None:
                     raise refusal
                 if lit in code_opts:
@@ -915,33 +981,48 @@ class _Marker:
                        f"write the program after {name} literally and the placeholder after it")
 
     def check_subcommand(self, name: str, row: Program, words: list[Node]) -> None:
-        """``uv run``, ``npm exec``, ``docker run``…: nothing after a subcommand that runs a
-        program may be a placeholder; options before the subcommand may not be either."""
+        """``uv run``, ``npm exec``, ``docker compose run``…: where a subcommand that runs a
+        program appears anywhere (options and their arguments may come first: ``npm
+        --prefix . exec``), no placeholder may; nor may one choose the subcommand. Other
+        subcommands' arguments are data."""
+        running = self.running_subcommand(row, words)
+        if running is not None:
+            raise _Refused(f"an argument of {name} {running}, which {row.why}",
+                           "pass the value through env= (and use \"$VAR\") or stdin=")
         for word in words:
             lit = _literal(word)
             if self.hostile(word) or lit is None:
-                raise _Refused(f"an argument of {name} before or after a subcommand that "
-                               f"{row.why.removeprefix('runs ')}",
-                               "write the program literally and pass the value through env= "
-                               "or stdin=")
-            if lit.startswith("-"):
-                continue
-            if lit in row.subcommands:
-                if any(self.hostile(w) for w in words):
-                    raise _Refused(f"an argument of {name} {lit}, which {row.why}",
-                                   "pass the value through env= (and use \"$VAR\") or stdin=")
-            return  # another subcommand: its arguments are data
+                raise _Refused(f"an argument of {name} where it could be the subcommand, and "
+                               f"{name} {row.why}", "write the subcommand literally first")
+            if not lit.startswith("-"):
+                return
+
+    def running_subcommand(self, row: Program, words: list[Node]) -> str | None:
+        """The first word of ``words`` that is one of the row's program-running
+        subcommands, or ``None``."""
+        return next((lit for w in words if (lit := _literal(w)) in row.subcommands), None)
 
     def check_options(self, name: str, row: Program, words: list[Node]) -> None:
         """``git``/``tar``/``rsync``…: a value that starts a word could start with ``-`` and
         become one of the options that run a program; it must follow ``--`` (or an option
         that takes it as its value, ``git commit -m {x}``)."""
         previous: str | None = None
+        first = next((lit for w in words if (lit := _literal(w)) is not None
+                      and not lit.startswith("-")), None)
         for word in words:
             lit = _literal(word)
-            if lit == "--":
+            if lit in row.runs_after:
+                raise _Refused(f"after {name} … {lit}, which runs the rest as a command",
+                               "pass the value through env= (and use \"$VAR\")")
+            if lit in ("--", "--end-of-options"):
+                if any(_literal(w) in row.runs_after for w in words):
+                    continue
                 return
             text = _text(word).lstrip("'\"\\")
+            if self.hostile(word) and first in row.data_subcommands \
+                    and previous not in row.code_options and not text.startswith("-"):
+                previous = lit
+                continue  # git checkout {x}: no option of it runs a program
             if self.hostile(word):
                 if text.startswith("-"):  # --option={x}: only an option taking plain data
                     risky = text.split("=", 1)[0] not in row.value_options
@@ -956,8 +1037,9 @@ class _Marker:
                 if risky:
                     raise _Refused(f"an argument of {name} where an option could stand, and "
                                    f"{name} {row.why}",
-                                   f"write -- before it ({name} … -- {{x}}), or glue it to a "
-                                   f"literal prefix (./{{x}})")
+                                   f"write -- before it ({name} … -- {{x}}"
+                                   + (", or --end-of-options before a revision" if name == "git"
+                                      else "") + "), or glue it to a literal prefix (./{x})")
             previous = lit
 
 

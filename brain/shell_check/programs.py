@@ -66,6 +66,14 @@ class Program:
     subcommands: frozenset[str] = frozenset()
     #: ``options``: options whose value may be a placeholder (``git commit -m {x}``).
     value_options: frozenset[str] = frozenset()
+    #: ``code``/``text``: options whose argument may hold a placeholder after a literal
+    #: ``NAME=`` (``awk -v n={x}``, ``psql -v id={x}``): a variable the program sets, data.
+    variable_options: frozenset[str] = frozenset()
+    #: ``options``: subcommands none of whose options runs a program (``git checkout``).
+    data_subcommands: frozenset[str] = frozenset()
+    #: ``options``: words after which the rest is a command it runs (``git submodule
+    #: foreach``, ``git bisect run``).
+    runs_after: frozenset[str] = frozenset()
     #: ``text``: what follows program text given through a code option: ``data`` (python
     #: stops reading options), ``options`` (perl, node, gawk read on: a value must follow
     #: ``--``) or ``script`` (lua takes the next word as a script: no value at all).
@@ -92,7 +100,11 @@ PROGRAMS: dict[str, Program] = {
     **_rows("code", "runs its arguments as commands (a remote or inner shell)",
             "ssh tmux screen flock sg newgrp at batch socat start-stop-daemon perf"),
     **_rows("code", "runs SQL and its own commands (.shell, \\!) from its arguments and stdin",
-            "sqlite3 psql mysql mariadb"),
+            "sqlite3 mysql mariadb"),
+    **_rows("code", "runs SQL and its own commands (\\!) from its arguments and stdin", "psql",
+            variable_options=_set("-v --set --variable")),
+    **_rows("code", "runs the command given with -c/-e (or its arguments) as a program",
+            "nc ncat netcat man ansible ansible-playbook"),
     **_rows("code", "runs its script or commands from its arguments (-c, -e, -ex, +cmd)",
             "expect gdb gdbtui vim vi nvim view ex ed vimdiff gvim rvim rview evim editor "
             "sensible-editor emacs pwsh powershell tclsh wish make gmake"),
@@ -101,14 +113,27 @@ PROGRAMS: dict[str, Program] = {
             "wait set shopt hash select ulimit caller shift return exit break continue"),
     # Programs that run the program named in their arguments.
     **_rows("program", "runs the program named in its arguments",
-            "command builtin exec env nice nohup time setsid stdbuf xargs sudo doas ionice "
+            "command builtin exec nohup time setsid sudo doas ionice "
             "unbuffer busybox coproc strace ltrace setpriv unshare nsenter systemd-run firejail "
             "valgrind catchsegv fakeroot proot torsocks proxychains proxychains4 caffeinate "
-            "chpst softlimit envdir setuidgid s6-setuidgid prlimit pkexec uvx npx bunx pnpx "
+            "chpst softlimit prlimit pkexec uvx npx bunx pnpx "
             "entr rlwrap x86_64 i386 i686 linux32 linux64 ssh-agent dbus-run-session gpg-agent "
             "runcon pg_virtualenv pdb pdb3 chronic daemonize"),
     **_rows("program", "runs the program named after its first argument",
-            "timeout chroot setarch taskset chrt", leading=1),
+            "chroot setarch taskset chrt envdir setuidgid s6-setuidgid", leading=1),
+    # The same, where every option that takes an argument is known: the program is certain.
+    **_rows("program", "runs the program named in its arguments", "env",
+            code_options=_set("-S --split-string"), arg_options=_set("-u --unset -C --chdir")),
+    **_rows("program", "runs the program named in its arguments", "nice",
+            arg_options=_set("-n --adjustment")),
+    **_rows("program", "runs the program named after its first argument", "timeout",
+            arg_options=_set("-s --signal -k --kill-after"), leading=1),
+    **_rows("program", "runs the program named in its arguments", "stdbuf",
+            arg_options=_set("-i -o -e --input --output --error")),
+    **_rows("program", "runs the program named in its arguments, with its input as arguments",
+            "xargs", arg_options=_set("-a -d -E -I -L -n -P -s --arg-file --delimiter --eof "
+                                      "--replace --max-lines --max-args --max-procs "
+                                      "--max-chars --process-slot-var")),
     # Tools that run a program after a subcommand.
     **_rows("subcommand", "runs the program named after its subcommand",
             "uv pipx poetry pipenv pdm hatch rye conda mamba micromamba",
@@ -121,7 +146,7 @@ PROGRAMS: dict[str, Program] = {
     **_rows("subcommand", "runs the script or code named after its subcommand", "deno",
             subcommands=_set("run eval repl task x test bench compile serve install")),
     **_rows("subcommand", "runs a command inside a container after its subcommand",
-            "docker podman nerdctl kubectl", subcommands=_set("run exec create debug")),
+            "docker podman nerdctl kubectl", subcommands=_set("run exec create debug attach")),
     # Shells: the script is code.
     **_rows("shell", "runs its script (the text after -c, or the file) as code",
             "sh bash dash zsh ksh ksh93 mksh pdksh ash yash posh rbash fish csh tcsh rc es oksh "
@@ -132,9 +157,10 @@ PROGRAMS: dict[str, Program] = {
             arg_options=_set("-l --line-length")),
     **_rows("text", "runs its program text as code (awk's system())", "awk gawk",
             code_options=_set("-f --file -e --source"),
-            arg_options=_set("-F -v --field-separator --assign")),
+            arg_options=_set("-F -v --field-separator --assign"),
+            variable_options=_set("-v --assign")),
     **_rows("text", "runs its program text as code (awk's system())", "mawk nawk",
-            code_options=_set("-f"), arg_options=_set("-F -v")),
+            code_options=_set("-f"), arg_options=_set("-F -v"), variable_options=_set("-v")),
     **_rows("text", "runs the text after -e as code (and reads options after it; -n and -p "
             "open a file name ending in | as a command)", "perl", code_options=_set("-e -E"),
             arg_options=_set("-I -M -m")),
@@ -154,8 +180,12 @@ PROGRAMS: dict[str, Program] = {
     **_rows("options", "has options that run a program (-c core.pager=…, --upload-pack=…, "
             "grep -O…)", "git",
             code_options=_set("-c --config-env --exec-path --upload-pack -u --receive-pack "
-                              "--exec -O --open-files-in-pager --output -o"),
-            value_options=_set("-m --message -C -b -B --branch --author --date -t --tag")),
+                              "--exec -x --extcmd -O --open-files-in-pager"),
+            value_options=_set("-m --message -C -b -B --branch --author --date -t --tag "
+                               "-o --output"),
+            data_subcommands=_set("checkout switch add commit tag branch status rev-parse "
+                                  "describe show-ref reset restore rm mv"),
+            runs_after=_set("foreach run")),
     **_rows("options", "has options that run a program (--to-command=…, "
             "--use-compress-program=…, --checkpoint-action=exec=…)", "tar",
             code_options=_set("-I --use-compress-program --to-command --checkpoint-action "
