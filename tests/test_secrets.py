@@ -27,7 +27,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _stored_text(result: object) -> str:
-    return result.model_dump_json()  # type: ignore[attr-defined]
+    """Every stored value of ``result`` (its field names left out: a secret such as
+    ``created_`` may well be part of one), one per line."""
+    out: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+        elif value is not None:
+            out.append(str(value))
+
+    walk(result.model_dump(mode="json"))  # type: ignore[attr-defined]
+    return "\n".join(out)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -371,6 +371,31 @@ DEMOS: dict[str, Demo] = {
                  files={"squeeze.sh": "#!/bin/sh\ntouch MARK\nexec cat\n"}),
     "zip": Demo("zip -q -T {x} out.zip notes.txt", {"{x}": "--unzip-command=touch MARK #"},
                 argv=words("zip -q -T {x} out.zip notes.txt"), files={"notes.txt": "notes\n"}),
+    "split": Demo("echo hi | split -l 1 {x}", {"{x}": "--filter=touch MARK"},
+                  needs=("split",)),
+    "sdiff": Demo("echo hi > a; sdiff {x} a a", {"{x}": "--diff-program=./d.sh"},
+                  files={"d.sh": "#!/bin/sh\ntouch MARK\n"}),
+    "diff3": Demo("echo hi > a; diff3 {x} a a a", {"{x}": "--diff-program=./d.sh"},
+                  files={"d.sh": "#!/bin/sh\ntouch MARK\n"}),
+    **{name: Demo(f"{name} --pre {{x}} hi notes.txt", {"{x}": "./pre.sh"},
+                  files={"pre.sh": "#!/bin/sh\ntouch MARK\ncat \"$1\"\n",
+                         "notes.txt": "hi\n"}) for name in ("rg",)},
+    **{name: Demo(f"{name} -x {{x}} . notes", {"{x}": "./x.sh"},
+                  files={"x.sh": "#!/bin/sh\ntouch MARK\n", "notes": "n\n"})
+       for name in ("fd", "fdfind")},
+    "hg": Demo("hg --config {x} version", {"{x}": "hooks.pre-version=touch MARK"}),
+    "dc": Demo("dc -e {x}", {"{x}": "!touch MARK"}, argv=words("dc -e {x}")),
+    "m4": Demo("echo x | m4 -D {x}", {"{x}": "x=esyscmd(touch MARK)"}),
+    "julia": Demo("julia -e {x}", {"{x}": 'touch("MARK")'}, argv=words("julia -e {x}")),
+    "R": Demo("R -q -e {x}", {"{x}": 'file.create("MARK")'}, argv=words("R -q -e {x}")),
+    **{name: Demo(f"{name} -c {{x}}", {"{x}": "open('MARK', 'w')"},
+                  argv=words(f"{name} -c {{x}}")) for name in ("ipython", "ipython3")},
+    **{name: Demo(f"echo {{x}} | {name}", {"{x}": "open('MARK', 'w')"})
+       for name in ("bpython", "ptpython")},
+    "go": Demo("go run {x}", {"{x}": "./main.go"},
+               files={"main.go": 'package main\nimport "os"\nfunc main() { os.Create("MARK") }\n'}),
+    "cargo": Demo("cargo run --manifest-path {x}", {"{x}": "./evil/Cargo.toml"},
+                  argv=words("cargo run --manifest-path {x}")),
 }
 
 #: Rows whose "really runs" half is not run here, and why. Their refusal is still checked.
@@ -426,6 +451,10 @@ SKIP_RUNS: dict[str, str] = {
     # Listed conservatively: no value is known to run in bash 5.2 or dash.
     "unalias": "only removes aliases; no value is known to run",
     "man": "man runs its pager (-P) only when writing to a terminal",
+    "cargo": "building a crate needs its toolchain and registry, which a test must not fetch",
+    "ipython": "IPython reads its profile from HOME and may want a terminal; shown by the "
+               "refusal alone",
+    "ipython3": "as ipython",
     **{name: "bash 5.2 and dash read this number strictly ('numeric argument required', "
              "1+1 is refused), so no value is known to run; listed conservatively"
        for name in ("ulimit", "caller", "shift", "return", "exit", "break", "continue")},

@@ -463,3 +463,46 @@ def test_argv_reproductions_of_the_attack_are_refused(argv: list[str]) -> None:
     "echo \"cost: {x}\" | mail -s \"Report {x}\" ops@example.com"])
 def test_forms_near_the_attack_findings_stay_accepted(template: str) -> None:
     assert shell_problem(template) is None, shell_problem(template)
+
+
+# --- issue 18, the second attack -------------------------------------------------------------
+
+SECOND_ATTACK = [
+    ("sh 0<<< {x}", {"{x}": "touch MARK"}),
+    ("printf '%s' {y} > e.sh; sh 0< {x}", {"{x}": "e.sh", "{y}": "touch MARK"}),
+    ("echo {x} | python3 -m code", {"{x}": "open('MARK', 'w')"}),
+    ("echo {x} | python3 -i -c 1", {"{x}": "open('MARK', 'w')"}),
+    ("echo {x} | sh //dev/stdin", {"{x}": "touch MARK"}),
+    ("echo {x} | sh /dev/./stdin", {"{x}": "touch MARK"}),
+    ("f() { echo {x}; }; f | sh", {"{x}": "touch MARK"}),
+    ("g() { sh; }; echo {x} | g", {"{x}": "touch MARK"}),
+    ('echo {x} | "$0"', {"{x}": "touch MARK"}),
+    ("echo {x} | xargs find", {"{x}": ". -maxdepth 0 -exec touch MARK ;"}),
+    ('echo {x} | env -S"sh -s" true', {"{x}": "touch MARK"}),
+    ("tar cIf {x} /dev/null /dev/null", {"{x}": "touch MARK"}),
+    ("echo hi | split -l 1 {x}", {"{x}": "--filter=touch MARK"}),
+    ("N=$(echo {x}); $N", {"{x}": "touch MARK"}),
+]
+
+
+@pytest.mark.parametrize(("template", "values"), SECOND_ATTACK,
+                         ids=[repr(r[0])[:40] for r in SECOND_ATTACK])
+def test_second_attack_reproductions_are_definition_errors(template: str,
+                                                           values: dict[str, str]) -> None:
+    assert shell_problem(template) is not None, template
+
+
+@needs_shells
+@pytest.mark.parametrize(("template", "values"), SECOND_ATTACK,
+                         ids=[repr(r[0])[:40] for r in SECOND_ATTACK])
+def test_second_attack_reproductions_really_run_the_value(template: str, values: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    assert injects(template, values, tmp_path), template
+
+
+@pytest.mark.parametrize("template", [
+    "git commit -m {x}", "git archive -o {x} HEAD", "git merge -m {x} main", "git checkout {x}",
+    "tar czf {x} dir", 'pip install --upgrade "mytool=={x}"', "echo {x} | python3 -m json.tool",
+    "echo {x} | xargs -n1 curl -fsSO", "python3 job.py < {x}"])
+def test_forms_near_the_second_attack_stay_accepted(template: str) -> None:
+    assert shell_problem(template) is None, shell_problem(template)

@@ -228,7 +228,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    result, was_active = _in_store(lambda store: store.request_cancel(args.run_id))
+    from brain.runner import cancel_run
+
+    result, was_active = _in_store(lambda store: cancel_run(store, args.run_id))
     if not was_active:
         render.error(f"run {result.run_id} already ended ({result.status})")
         return 1

@@ -8,7 +8,7 @@ they never touch the store or the server: the runner records.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,9 +44,10 @@ class StepContext:
     run_id: str = ""
     #: Told of every process group the step starts, the moment it starts (see
     #: ``process.announce_group``): the runner records it, so that whoever resumes the run
-    #: on this machine can end it, and kills it at once if the run's lease is lost. It must
-    #: not block.
-    on_process: Callable[[ProcessGroup], None] | None = None
+    #: on this machine can end it, and kills it at once if the run's lease is lost. What it
+    #: returns completes once the record is committed (raising ``LeaseLost`` when the run
+    #: is no longer this executor's): until then the step's program is held at a gate.
+    on_process: Callable[[ProcessGroup], Awaitable[None]] | None = None
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -35,12 +36,21 @@ from brain.executors.base import (
     tail_margin,
     tail_text,
 )
-from brain.executors.process import KILL_GRACE_SECONDS, announce_group, kill_group, signal_group
+from brain.executors.process import (
+    KILL_GRACE_SECONDS,
+    announce_group,
+    kill_group,
+    open_gate,
+    signal_group,
+)
 
 STDERR_TAIL = 8192
 # sh runs the server and records its own pid (= the process group the SDK spawns) and the
 # server's exit status, which the SDK's client does not expose.
-_RECORD_EXIT = ('dir="$1"; shift; printf %s "$$" > "$dir/pid"; "$@"; code=$?; '
+# It waits at a gate (a FIFO) before it starts the server, until the runner has recorded
+# its process group (SPEC §4): if the orchestrator dies first, the server never starts.
+_RECORD_EXIT = ('dir="$1"; shift; printf %s "$$" > "$dir/pid"; '
+                'IFS= read -r _ < "$dir/gate" || exit 125; "$@"; code=$?; '
                 'printf %s "$code" > "$dir/exit"; exit "$code"')
 
 
@@ -100,9 +110,10 @@ class McpExecutor:
             raise StepFailed(f"cannot start the MCP server: {program!r} does not exist or is not "
                              f"executable", retryable=False)
         with tempfile.TemporaryDirectory(prefix="brain-mcp-") as tmp:
+            os.mkfifo(os.path.join(tmp, "gate"), 0o600)
             params = StdioServerParameters(
                 command="/bin/sh", args=["-c", _RECORD_EXIT, "brain-mcp", tmp, *words],
-                env=prepared.payload["env"], cwd=ctx.workflow_dir)
+                env=prepared.payload["env"] | run_marker(ctx), cwd=ctx.workflow_dir)
             # A file, not a pipe: nobody reads stderr while the server runs, and a full pipe
             # would block a chatty server.
             with open(os.path.join(tmp, "stderr"), "w+b") as errlog:  # noqa: ASYNC230
@@ -111,8 +122,7 @@ class McpExecutor:
                 # group is killed at once, so the SDK's shutdown never waits on it.
                 talk = asyncio.ensure_future(_converse(params, errlog, spec.tool,
                                                        prepared.payload["args"]))
-                announcing = asyncio.ensure_future(
-                    _announce_server(ctx, os.path.join(tmp, "pid"), talk))
+                announcing = asyncio.ensure_future(_announce_server(ctx, tmp, talk))
                 try:
                     result, error = await asyncio.shield(talk)
                 except asyncio.CancelledError:
@@ -179,15 +189,38 @@ async def _converse(params: Any, errlog: Any, tool: str,
         raise
 
 
-async def _announce_server(ctx: StepContext, pid_file: str, talk: asyncio.Future[Any]) -> None:
-    """Announce the server's process group (its shell's pid) to the runner as soon as the
-    shell has written it, while the conversation goes on."""
-    while not talk.done():
-        pgid = _read_int(pid_file)
-        if pgid is not None:
-            announce_group(ctx, pgid)
+async def _announce_server(ctx: StepContext, tmp: str, talk: asyncio.Future[Any]) -> None:
+    """Once the server's shell has written its pid, announce its process group to the
+    runner and, when the record is committed, open the gate so the server starts (closed
+    unopened, the shell exits without starting it)."""
+    pgid = None
+    while pgid is None:
+        if talk.done():
             return
-        await asyncio.sleep(0.01)
+        pgid = _read_int(os.path.join(tmp, "pid"))
+        if pgid is None:
+            await asyncio.sleep(0.005)
+    go = False
+    try:
+        await announce_group(ctx, pgid)
+        go = True
+    finally:
+        await asyncio.shield(_open_fifo_gate(os.path.join(tmp, "gate"), go, talk))
+
+
+async def _open_fifo_gate(path: str, go: bool, talk: asyncio.Future[Any]) -> None:
+    """Open the FIFO gate for writing once its reader is there (the shell opens it right
+    after its pid), then let the server start (``go``) or not."""
+    while not talk.done():
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                return
+            await asyncio.sleep(0.002)
+            continue
+        open_gate(fd, go)
+        return
 
 
 def _tail(errlog: Any) -> str | None:

@@ -87,15 +87,42 @@ def group_alive(pgid: int) -> bool:
     return bool(live_groups([pgid]))
 
 
-def announce_group(ctx: StepContext, pid: int) -> None:
+async def announce_group(ctx: StepContext, pid: int) -> None:
     """Tell the runner (``ctx.on_process``) that the step has just started process ``pid``
-    as the leader of a group of its own. Called at once after the start, while the process
-    cannot have been reaped: its start time is read now."""
+    as the leader of a group of its own, and wait until the runner has recorded it. Called
+    at once after the start, while the process waits at its gate (:data:`GATE`) and so
+    cannot have exited: its start time is read now."""
     if ctx.on_process is None:
         return
     started = start_ticks(pid)
-    if started is not None:  # else it has already exited: nothing to end later
-        ctx.on_process(ProcessGroup(pid, started))
+    if started is not None:  # else it is gone already: nothing to end later
+        # Shielded: a cancel here leaves the gate closed, but never cuts the record short.
+        await asyncio.shield(ctx.on_process(ProcessGroup(pid, started)))
+
+
+#: ``/bin/sh -c GATE brain-step PROGRAM ARGS...`` waits for a first line on its standard
+#: input, then runs the program in its place (same pid, same start time) with the rest of
+#: that input: the step does nothing before its process group is recorded, so a resume can
+#: always find it. If the orchestrator dies first, the gate reads the end and the program
+#: never runs. (``read`` takes no byte past the line from a pipe.)
+GATE = 'IFS= read -r _ || exit 125; exec "$@"'
+
+
+def gated(argv: list[str]) -> list[str]:
+    """``argv`` behind :data:`GATE`."""
+    return ["/bin/sh", "-c", GATE, "brain-step", *argv]
+
+
+def open_gate(fd: int, go: bool) -> None:
+    """Let the gated program run (``go``), or make it exit without running; either way
+    close the gate's write end."""
+    try:
+        if go:
+            os.write(fd, b"\n")
+    except OSError:
+        pass  # it has gone already
+    finally:
+        os.close(fd)
 
 
 def still_runs(group: ProcessGroup) -> bool:

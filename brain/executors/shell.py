@@ -31,6 +31,7 @@ from brain.executors.base import (
 from brain.executors.process import (
     KILL_GRACE_SECONDS,
     announce_group,
+    gated,
     group_alive,
     kill_group,
     signal_group,
@@ -82,11 +83,15 @@ class ShellExecutor:
         if not os.path.isdir(cwd):  # noqa: ASYNC240 - one stat, not worth a thread
             raise StepFailed(f"working folder {cwd} does not exist", retryable=False)
         stdin_data = payload.get("stdin")
+        env = child_environment(ctx.protected_env, payload["env"]) | run_marker(ctx)
+        missing = _unrunnable(argv[0], env.get("PATH", os.defpath), cwd)
+        if missing is not None:
+            raise StepFailed(f"cannot start {argv[0]!r}: {missing}", retryable=False)
+        # The program waits at a gate, a first line on its standard input, until its process
+        # group is recorded (SPEC §4).
         try:
             proc = await _start(
-                argv, cwd=cwd,
-                env=child_environment(ctx.protected_env, payload["env"]) | run_marker(ctx),
-                stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
+                gated(argv), cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
@@ -94,14 +99,19 @@ class ShellExecutor:
         except ValueError as exc:  # e.g. an embedded NUL in argv
             raise StepFailed(f"cannot start {argv[0]!r}: {exc}", retryable=False) from None
         assert proc.stdout is not None and proc.stderr is not None
-        announce_group(ctx, proc.pid)  # start_new_session: its pid is its group's id
         limit = spec.max_output_bytes
         stdout = _Collector(proc.stdout, limit=limit + 1)
         stderr = _Collector(proc.stderr, keep_tail=8192 + tail_margin())
         readers = [asyncio.ensure_future(stdout.run()), asyncio.ensure_future(stderr.run())]
         try:
-            if stdin_data is not None:
-                await _feed(proc, stdin_data.encode("utf-8", errors="surrogateescape"))
+            try:
+                await announce_group(ctx, proc.pid)  # start_new_session: pid = group id
+            except BaseException:
+                _close_stdin(proc)  # the gate reads the end: the program never runs
+                raise
+            data = b"" if stdin_data is None else \
+                stdin_data.encode("utf-8", errors="surrogateescape")
+            await _feed(proc, b"\n" + data)  # the gate's line, then the step's input
             exited = asyncio.ensure_future(_exited(proc))
             done, _ = await asyncio.wait([exited, stdout.overflow],  # type: ignore[type-var]
                                          return_when=asyncio.FIRST_COMPLETED)
@@ -129,6 +139,27 @@ class ShellExecutor:
                              stderr=err_tail)
         out = bytes(stdout.data).decode("utf-8", errors="replace").rstrip("\n")
         return StepOutput(output=out, stderr=err_tail)
+
+
+def _close_stdin(proc: asyncio.subprocess.Process) -> None:
+    if proc.stdin is not None:
+        with contextlib.suppress(Exception):
+            proc.stdin.close()
+
+
+def _unrunnable(program: str, path: str, cwd: str) -> str | None:
+    """Why ``program`` cannot be started as ``execvp`` would look for it (``None`` when it
+    can): the gate's shell starts in its place, so this is said here, before the start."""
+    if "/" in program:
+        candidates = [os.path.join(cwd, program)]
+    else:
+        candidates = [os.path.join(folder or cwd, program) for folder in path.split(os.pathsep)]
+    found = [c for c in candidates if os.path.exists(c)]
+    if not found:
+        return "No such file or directory"
+    if not any(os.path.isfile(c) and os.access(c, os.X_OK) for c in found):
+        return "Permission denied"
+    return None
 
 
 class _Collector:

@@ -24,7 +24,7 @@ from brain.runner.events import EventHandler, StepEvent
 from brain.store import Store
 from brain.store.base import RunStore
 
-__all__ = ["WORKFLOW_CHANGED", "EventHandler", "RunnableWorkflow", "StepEvent",
+__all__ = ["WORKFLOW_CHANGED", "EventHandler", "RunnableWorkflow", "StepEvent", "cancel_run",
            "end_leftover_processes", "execute_claimed", "execute_run", "new_owner", "resume_run",
            "run_workflow_now"]
 
@@ -238,6 +238,19 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                              abandon_on_cancel=abandon_on_cancel)
     await execution.execute()
     return await store.get_run(run_id)
+
+
+async def cancel_run(store: RunStore, run_id: str) -> tuple[RunResult, bool]:
+    """Ask a run to stop (see ``RunStore.request_cancel``); return it and whether it was
+    still queued or running. When the cancel itself ends a running run (its executor died,
+    or froze past its lease), the steps that executor left running on this machine are
+    ended too: a cancelled run runs nothing more (SPEC §4)."""
+    before = await store.run_row(await store.resolve_id(run_id))
+    result, active = await store.request_cancel(run_id)
+    if active and before is not None and before.status == RunStatus.RUNNING.value \
+            and result.status == RunStatus.CANCELLED:
+        await end_leftover_processes(store, result.run_id)
+    return result, active
 
 
 async def end_leftover_processes(store: RunStore, run_id: str) -> int:

@@ -434,13 +434,16 @@ class RunExecution:
         self._cancel.set()
 
     def _process_started(self, name: str, records: list[asyncio.Task[None]],
-                         group: ProcessGroup) -> None:
+                         group: ProcessGroup) -> asyncio.Future[None]:
         """A step has started a process group (``StepContext.on_process``): keep it, to kill
         it if the lease is lost, and record it, so that a resume on this machine can end it.
-        Started after the lease was lost, it is killed at once."""
+        The step's program waits at its gate until the returned future is done (the record
+        committed). Started after the lease was lost, it is killed at once."""
         if self._lease_lost:
             signal_group(group.pgid, signal.SIGKILL)
-            return
+            lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            lost.set_exception(LeaseLost("this executor no longer holds the run's lease"))
+            return lost
         self._groups.setdefault(name, []).append(group)
         process = StepProcess(name, group.pgid, group.started, this_machine())
         task = asyncio.create_task(self.store.step_process(self.run_id, process,
@@ -453,6 +456,7 @@ class RunExecution:
 
         # Collected here; the step's own path awaits it too before its final write.
         task.add_done_callback(written)
+        return task
 
     # --- one step ---
 

@@ -15,6 +15,7 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.params import FromPath, FromQuery
 from litestar.response import ServerSentEvent
 
+from brain import runner
 from brain._clock import utcnow
 from brain._errors import RunConflict, RunNotFound
 from brain.results import TriggerData
@@ -303,7 +304,7 @@ async def cancel_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> 
     if raw.strip():
         parse_json(raw)  # no fields are defined, but malformed JSON is still an error
     try:
-        run, active = await service_of(request).store.request_cancel(run_id)
+        run, active = await runner.cancel_run(service_of(request).store, run_id)
     except RunNotFound as exc:
         raise NotFoundException(detail=str(exc)) from None
     if not active:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from brain import placeholders
 from brain._errors import PlaceholderError
 from brain.placeholders import Quoting
-from brain.shell_check.programs import PROGRAMS, STDIN_FILES, Program, program_of
+from brain.shell_check.programs import CODE_MODULES, PROGRAMS, Program, program_of, reads_stdin
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tree_sitter import Node, Parser
@@ -197,7 +197,6 @@ def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quotin
                        f"shell script (line {line}), so it cannot be checked; fix the syntax, or "
                        f"pass the values through env= or stdin=")
     quoting: list[Quoting] = []
-    assigned = False
     for ref, start, end in spans:
         checker = _Marker(source, prefix, start, end)
         try:
@@ -208,18 +207,15 @@ def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quotin
             raise _Problem(f"placeholder {ref.text} is nested too deeply to be checked; "
                            f"{_ADVICE}") from None
         quoting.append(checker.quoting)
-        assigned = assigned or checker.assigned
+    try:
+        _Marker(source, prefix, 0, 0).check_template_readers(root)
+    except _Refused as exc:
+        raise _Problem(f"placeholder {first} is {exc.context}; {exc.advice}") from None
     # Where each placeholder stands is fine; now what else in the command could still
     # turn its value into code.
     problem = _global_problem(root, marked)
     if problem:
         raise _Problem(f"placeholder {first} cannot be checked: {problem}; {_ADVICE}")
-    evaluates = _EVALUATES_VARIABLES.search(re.sub(r"['\"\\\\]", "", marked))
-    if assigned and evaluates:
-        raise _Problem(f"placeholder {first} is in a $(…) whose output is assigned to a "
-                       f"variable, and the command evaluates variables ({evaluates.group(0)!r}: "
-                       f"as arithmetic, a name or code); pass the value through env= and use "
-                       f"\"$VAR\" as a plain argument")
     return tuple(quoting)
 
 
@@ -229,13 +225,11 @@ _BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 # [[ … ]], ((…)) (not $((…))), $[…], a[…]=, ${v/pattern/…}: bash-only, and dash or
 # tree-sitter read them differently from bash.
 _BASH_ONLY = re.compile(r"\[\[|(?<!\$)\(\(|\$\[|[\w\]]\[[^\]\n]*\]\+?=|\$\{[#!]?\w+//?")
-# Where bash evaluates a variable's value as arithmetic, a name or code: a variable that
-# holds a value must not meet these (NAME=$(… {x} …)).
-_EVALUATES_VARIABLES = re.compile(
-    r"\$\(\(|\$\[|\(\(|\[\[|\$\{!|(?<![\w-])(?:let|declare|typeset|local|readonly|export|unset|"
-    r"read|readarray|mapfile|eval|source|trap|printf|test|alias|getopts|select|shift|exit|"
-    r"return|wait|ulimit|set|shopt)(?![\w-])|(?<![\w-])-v(?![\w-])|(?:^|[\s;&|(])\.\s")
 _SET_DYNAMIC = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*[$`]")
+# A requirement whose package is written out, then a version operator: "tool=={v}".
+_PINNED = re.compile(r"""["']?[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]*\])?"""
+                     r"(?:===|==|>=|<=|~=|!=|<|>)")
+_NUMBERED_INPUT = re.compile(r"(?:^|[\s;&|(){}])\d+<")
 # A `$` that is not part of `$$` (the shell's pid), before a blank or at the end.
 _LONE_DOLLAR = re.compile(r"(?<!\$)(?:\$\$)*\$(?=\s|$)")
 _SET_KEYWORD = re.compile(r"(?<![\w-])set(?![\w-])[^;&|\n]*(?:\s[-+][a-zA-Z]*k|keyword)")
@@ -315,6 +309,9 @@ def _global_problem(root: Node, marked: str) -> str | None:
     if _SET_DYNAMIC.search(marked):
         return ("set is given an option that is not written literally (set -o $opt could be "
                 "set -o keyword, which makes any NAME=value argument an assignment)")
+    if _NUMBERED_INPUT.search(marked):
+        return ("an input redirection names its descriptor (0< or 0<<<), which the parser reads "
+                "as an argument; write < or <<< alone")
     if _LONE_DOLLAR.search(marked):
         return ("a $ is followed by a blank or ends a line, which the parser reads differently "
                 "from the shells (as $# before a comment); write '$' or \\$")
@@ -443,8 +440,8 @@ class _Marker:
         self.in_expansion = False
         #: The output of a $(…) holding the marker is unquoted so far (split into words).
         self.split = False
-        #: The output of a $(…) holding the marker is assigned to a variable.
-        self.assigned = False
+        #: The template's functions, by name (see :meth:`check_template_readers`).
+        self.functions: dict[str, Node] = {}
 
     def check(self, root: Node) -> None:
         """Raise :class:`_Refused` unless the marker stands as plain data."""
@@ -571,18 +568,11 @@ class _Marker:
                                "as an expression (a[$(…)] runs)")
             elif kind == "subscript":
                 raise _Refused("in an array subscript, which bash evaluates as arithmetic")
-            elif kind == "variable_assignment" and output and not self.assigned and \
-                    node.parent is not None and node.parent.type in _STATEMENT_PARENTS:
-                # NAME=$(… {x} …) on its own: the output becomes the variable's value, which
-                # is data as long as nothing evaluates variables (checked template-wide).
-                self.assigned = True
-                self.climb_statement(node)
-                return
             elif kind in ("variable_assignment", "variable_assignments"):
-                raise _Refused("in an assignment (NAME={x}), whose variable may later be "
-                               "evaluated as arithmetic or as a name",
-                               "write NAME=\"$(printf '%s' {x})\" (the template then may not "
-                               "evaluate variables), or pass the value through env=")
+                raise _Refused("in an assignment (NAME={x}, NAME=$(… {x} …)), whose variable "
+                               "may later be evaluated as arithmetic, a name or code",
+                               "pass the value through env= and use \"$NAME\" as a plain "
+                               "argument")
             elif kind in ("declaration_command", "unset_command"):
                 word = _text(node).split(None, 1)[0]
                 raise _Refused(f"an argument of {word}, which takes variable names and "
@@ -726,18 +716,43 @@ class _Marker:
             raise self.stdin_refusal(how, "a command the check cannot name")
         self.check_reader(name.rsplit("/", 1)[-1], _command_words(cmd), how)
 
-    def check_piped_into(self, element: Node) -> None:
-        """What a later command of a pipeline holding the value reads from standard input
-        must not be its program (``echo {x} | sh``, ``printf %s {x} | sqlite3``)."""
+    def check_piped_into(self, element: Node, depth: int = 0) -> None:
+        """What a later command of a pipeline (or a ``>(…)``) reads from standard input must
+        not be its program (``echo {x} | sh``, ``printf %s {x} | sqlite3``), nor a command
+        the check cannot name (``| "$0"``); a function of the template is looked into."""
         for node in _walk(element):
             name_node = node.child_by_field_name("name") if node.type == "command" else None
-            name = _literal(name_node) if name_node is not None else None
+            if name_node is None:
+                continue
+            name = _literal(name_node)
             if name is None:
-                continue  # `$cmd` reading the pipe: the author's own code
+                raise self.stdin_refusal("in a pipeline", "a command the check cannot name")
+            body = self.functions.get(name)
+            if body is not None and depth < 8:
+                self.check_piped_into(body, depth + 1)
+                continue
             base = name.rsplit("/", 1)[-1]
             row = program_of(base)
-            if row is not None and row.runs not in ("names", "options"):
+            if base == "find" or (row is not None and row.runs not in ("names", "options")):
                 self.check_reader(base, _command_words(node), "in a pipeline")
+
+    def check_template_readers(self, root: Node) -> None:
+        """Template-wide, since a value reaches a pipe or a function however it is written
+        there: every later command of every pipeline, and every ``>(…)``, must read its
+        input as data."""
+        self.functions = {}
+        for node in _walk(root):
+            if node.type == "function_definition":
+                fname = node.child_by_field_name("name")
+                fbody = node.child_by_field_name("body")
+                if fname is not None and fbody is not None:
+                    self.functions[_text(fname)] = fbody
+        for node in _walk(root):
+            if node.type == "pipeline":
+                for later in node.named_children[1:]:
+                    self.check_piped_into(later)
+            elif node.type == "process_substitution" and _text(node).startswith(">("):
+                self.check_piped_into(node)
 
     def stdin_refusal(self, how: str, who: str) -> _Refused:
         return _Refused(f"{how} that {who} reads from standard input, where it may take it as "
@@ -754,9 +769,11 @@ class _Marker:
             # Each word that may be the program it runs must read its input as data; xargs
             # makes its input the program's arguments, so that program must take any.
             for program, rest, certain in self.wrapped_candidates(base, row, words):
-                if base == "xargs" and program_of(program) is not None:
+                if base == "xargs" and (program_of(program) is not None
+                                        or program.rsplit("/", 1)[-1] == "find"):
+                    why = getattr(program_of(program), "why", "runs what -exec names")
                     raise _Refused(f"{how} that xargs turns into arguments of {program}, which "
-                                   f"{program_of(program).why}")  # type: ignore[union-attr]
+                                   f"{why}")
                 if base != "xargs":
                     self.check_reader(program.rsplit("/", 1)[-1], rest, how)
                 if certain:
@@ -787,7 +804,7 @@ class _Marker:
             if skip:  # the argument of the option before
                 skip = False
                 continue
-            if lit in row.code_options or lit.split("=", 1)[0] in row.code_options:
+            if _is_code_option(lit, row):
                 return  # env -S 'sh -c': a command line of its own
             if lit.startswith("-") or (name == "env" and "=" in lit):
                 after_option = lit.startswith("-") and not precise
@@ -804,7 +821,16 @@ class _Marker:
 
     def has_program_text(self, name: str, row: Program, words: list[Node]) -> bool:
         """Whether a shell or interpreter is given its program literally (``sh -c '…'``,
-        ``python3 script.py``), so standard input is data to it."""
+        ``python3 script.py``), so standard input is data to it. Interactive options
+        (``python3 -i``, ``node -i``) and modules that read code (``python3 -m code``) make
+        standard input code again."""
+        def data(word: Node | None) -> bool:
+            lit = _literal(word) if word is not None else None
+            return word is not None and lit is not None and not self.hostile(word) \
+                and not reads_stdin(lit)
+
+        interactive = any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*|--interactive", _literal(w) or "")
+                          for w in words) and row.runs == "text"
         i = 0
         while i < len(words):
             lit = _literal(words[i])
@@ -813,21 +839,20 @@ class _Marker:
             if lit in row.code_options or (row.runs == "shell" and lit.startswith("-")
                                             and "c" in lit[1:] and not lit.startswith("--")):
                 given = words[i + 1] if i + 1 < len(words) else None
-                return given is not None and not self.hostile(given) \
-                    and _literal(given) not in (None, *STDIN_FILES)
+                if lit == "-m" and given is not None and _literal(given) in CODE_MODULES:
+                    return False
+                return data(given) and not interactive
             if lit in row.arg_options:
                 i += 2
                 continue
             if lit == "--":
-                rest = words[i + 1:]
-                return bool(rest) and _literal(rest[0]) not in (None, *STDIN_FILES) \
-                    and not self.hostile(rest[0])
-            if lit.startswith(("-", "+")) and lit not in STDIN_FILES:
+                return data(words[i + 1] if i + 1 < len(words) else None) and not interactive
+            if lit.startswith(("-", "+")) and not reads_stdin(lit):
                 if row.runs == "shell" and "s" in lit[1:] and not lit.startswith("--"):
                     return False  # sh -s: the script is standard input
                 i += 1
                 continue
-            return lit not in STDIN_FILES
+            return not reads_stdin(lit) and not interactive
         return False
 
     def check_program_text(self, name: str, row: Program, words: list[Node]) -> None:
@@ -986,6 +1011,9 @@ class _Marker:
         --prefix . exec``), no placeholder may; nor may one choose the subcommand. Other
         subcommands' arguments are data."""
         running = self.running_subcommand(row, words)
+        if running is not None and name in ("pip", "pip3") and all(
+                _PINNED.match(_text(w)) for w in words if self.hostile(w)):
+            return  # pip install "tool=={v}": the value picks a version of a named package
         if running is not None:
             raise _Refused(f"an argument of {name} {running}, which {row.why}",
                            "pass the value through env= (and use \"$VAR\") or stdin=")
@@ -1007,8 +1035,7 @@ class _Marker:
         become one of the options that run a program; it must follow ``--`` (or an option
         that takes it as its value, ``git commit -m {x}``)."""
         previous: str | None = None
-        first = next((lit for w in words if (lit := _literal(w)) is not None
-                      and not lit.startswith("-")), None)
+        first = _subcommand(row, words)
         for word in words:
             lit = _literal(word)
             if lit in row.runs_after:
@@ -1028,8 +1055,9 @@ class _Marker:
                     risky = text.split("=", 1)[0] not in row.value_options
                 else:  # {x}, "{x}", $(…{x}…): the value could start with -
                     risky = text.startswith((self.prefix, "$")) and not (
-                        previous in row.value_options or (
-                            name == "tar" and re.fullmatch(r"-?[A-Za-z]*[fC]", previous or "")))
+                        previous in row.value_options
+                        or f"{first}:{previous}" in row.value_options
+                        or (name == "tar" and _tar_bundle_takes(previous) in ("f", "C")))
                 if previous in row.code_options:
                     raise _Refused(f"the argument of {name} {previous}, which it runs (or "
                                    f"which sets what it runs)",
@@ -1041,6 +1069,43 @@ class _Marker:
                                    + (", or --end-of-options before a revision" if name == "git"
                                       else "") + "), or glue it to a literal prefix (./{x})")
             previous = lit
+
+
+def _subcommand(row: Program, words: list[Node]) -> str | None:
+    """The first word that is neither an option nor the argument of one (``git -C dir
+    checkout`` → ``checkout``)."""
+    skip = False
+    for word in words:
+        lit = _literal(word)
+        if skip:
+            skip = False
+            continue
+        if lit is None:
+            return None
+        if lit.startswith("-"):
+            skip = lit in row.arg_options
+            continue
+        return lit
+    return None
+
+
+def _tar_bundle_takes(word: str | None) -> str | None:
+    """Which option of a tar option bundle (``czf``, ``-cIf``) takes the next word: the
+    first of its letters that takes an argument; ``None`` when none does."""
+    if word is None or word.startswith("--") or not re.fullmatch(r"-?[A-Za-z]+", word):
+        return None
+    return next((c for c in word.lstrip("-") if c in "bCfFgHIKLNTVX"), None)
+
+
+def _is_code_option(word: str, row: Program) -> bool:
+    """Whether ``word`` is one of the row's code options, also glued to its value or in a
+    cluster of short options (``-S'sh -c'``, ``-iS``, ``--split-string=…``)."""
+    if word.split("=", 1)[0] in row.code_options:
+        return True
+    if word.startswith("-") and not word.startswith("--"):
+        shorts = {o[1] for o in row.code_options if len(o) == 2}
+        return any(letter in shorts for letter in word[1:])
+    return False
 
 
 def _flatten_test(test: Node) -> list[Node]:

@@ -105,6 +105,8 @@ PROGRAMS: dict[str, Program] = {
             variable_options=_set("-v --set --variable")),
     **_rows("code", "runs the command given with -c/-e (or its arguments) as a program",
             "nc ncat netcat man ansible ansible-playbook"),
+    **_rows("code", "runs its arguments or standard input as code (dc's !, m4's syscmd, "
+            "julia -e, R -e, IPython)", "dc m4 julia R ipython ipython3 bpython ptpython"),
     **_rows("code", "runs its script or commands from its arguments (-c, -e, -ex, +cmd)",
             "expect gdb gdbtui vim vi nvim view ex ed vimdiff gvim rvim rview evim editor "
             "sensible-editor emacs pwsh powershell tclsh wish make gmake"),
@@ -143,6 +145,8 @@ PROGRAMS: dict[str, Program] = {
                                                   "i add ci")),
     **_rows("subcommand", "installs the package named after its subcommand (and runs its "
             "build scripts)", "pip pip3", subcommands=_set("install download wheel")),
+    **_rows("subcommand", "runs the program named after its subcommand", "go cargo",
+            subcommands=_set("run exec generate test install")),
     **_rows("subcommand", "runs the script or code named after its subcommand", "deno",
             subcommands=_set("run eval repl task x test bench compile serve install")),
     **_rows("subcommand", "runs a command inside a container after its subcommand",
@@ -181,10 +185,11 @@ PROGRAMS: dict[str, Program] = {
             "grep -O…)", "git",
             code_options=_set("-c --config-env --exec-path --upload-pack -u --receive-pack "
                               "--exec -x --extcmd -O --open-files-in-pager"),
-            value_options=_set("-m --message -C -b -B --branch --author --date -t --tag "
-                               "-o --output"),
-            data_subcommands=_set("checkout switch add commit tag branch status rev-parse "
-                                  "describe show-ref reset restore rm mv"),
+            arg_options=_set("-C -c --git-dir --work-tree --namespace --config-env"),
+            value_options=_set("-C commit:-m commit:--message merge:-m merge:--message "
+                               "stash:-m stash:--message tag:-m tag:--message "
+                               "archive:-o archive:--output"),
+            data_subcommands=_set("checkout switch status rev-parse describe show-ref branch"),
             runs_after=_set("foreach run")),
     **_rows("options", "has options that run a program (--to-command=…, "
             "--use-compress-program=…, --checkpoint-action=exec=…)", "tar",
@@ -197,6 +202,14 @@ PROGRAMS: dict[str, Program] = {
             code_options=_set("--compress-program")),
     **_rows("options", "has options that run a program (-TT, --unzip-command)", "zip",
             code_options=_set("-TT --unzip-command")),
+    **_rows("options", "has an option that runs a program (--filter=…)", "split",
+            code_options=_set("--filter")),
+    **_rows("options", "has options that run a program (--pre=…, -x/--exec=…)",
+            "rg fd fdfind", code_options=_set("--pre -x --exec -X --exec-batch")),
+    **_rows("options", "has options that run a program (--diff-program=…)", "sdiff diff3",
+            code_options=_set("--diff-program")),
+    **_rows("options", "has options that run a program (--config hooks.…=…)", "hg",
+            code_options=_set("--config")),
 }
 
 #: Other names of programs in the table (versions, Debian's alternatives), by pattern.
@@ -208,6 +221,22 @@ _ALIASES = [(re.compile(p), name) for p, name in [
 ]]
 #: Files a program reads its standard input through (``bash /dev/stdin``).
 STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+_STDIN_PATH = re.compile(r"(?:^|/)dev/stdin|/fd/0|(?:^|/)dev/fd/0|^-$")
+#: Python modules that read code from standard input (``python3 -m code``).
+CODE_MODULES = frozenset({"code", "asyncio", "pdb", "IPython", "ptpython", "bpython", "idlelib",
+                          "pydoc", "cProfile", "profile", "trace", "runpy", "timeit"})
+
+
+def reads_stdin(path: str) -> bool:
+    """Whether the file ``path`` names is standard input, however it is spelled
+    (``-``, ``/dev/stdin``, ``//dev/./stdin``, ``/proc/thread-self/fd/0``…).
+
+    >>> reads_stdin("/dev//./stdin"), reads_stdin("data.csv")
+    (True, False)
+    """
+    import posixpath
+
+    return path == "-" or _STDIN_PATH.search(posixpath.normpath(path)) is not None
 
 
 def program_of(name: str) -> Program | None:

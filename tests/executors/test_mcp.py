@@ -661,9 +661,11 @@ def test_server_environment_is_the_sdk_default_plus_step_env(tmp_path: Path,
         assert leaked not in seen, leaked
     # Nothing else of the orchestrator's environment: the SDK's list, the step's env, and
     # what the processes set themselves (PWD: the /bin/sh wrapper; LC_CTYPE: Python's
-    # C-locale coercion in the server).
+    # C-locale coercion in the server), and the run's id (BRAIN_RUN_ID, so a resume finds a
+    # server a dead executor left).
     allowed = set(DEFAULT_INHERITED_ENV_VARS) | {"STEP_VAR", "FROM_BODY", "TOKEN", "PWD",
-                                                 "LC_CTYPE"}
+                                                 "LC_CTYPE", "BRAIN_RUN_ID"}
+    assert seen["BRAIN_RUN_ID"] == r.run_id
     assert set(seen) <= allowed, set(seen) - allowed
     assert step.inputs["env"] == {"STEP_VAR": "step-value", "FROM_BODY": body, "TOKEN": "***"}
     assert step.stderr is not None and "show_env stderr:" in step.stderr

@@ -329,3 +329,32 @@ def signal_group_quietly(pgid: int) -> None:
 
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def test_cancelling_a_run_whose_executor_died_ends_the_steps_it_left(tmp_path: Path) -> None:
+    """The cancel itself ends the run (nobody executes it any more): the process group its
+    dead executor recorded, environment dropped and all, is ended too."""
+    from brain._owners import this_machine
+    from brain.executors.process import group_alive, start_ticks
+    from brain.runner import cancel_run
+    from brain.store.base import StepProcess
+
+    wf = load_file(write_source(tmp_path, "three.py", THREE))["three"]
+    left = subprocess.Popen(["sleep", "60"], env={}, start_new_session=True)
+    try:
+        ticks = start_ticks(left.pid)
+        assert ticks is not None
+
+        async def go() -> Any:
+            async with Store(f"sqlite:///{tmp_path / 'c.db'}") as store:
+                run_id = await _dead_run(store, wf, lease_seconds=-1)
+                await store.step_process(run_id, StepProcess("a", left.pid, ticks, this_machine()),
+                                         owner="elsewhere:1:dead")
+                return await cancel_run(store, run_id)
+
+        result, active = asyncio.run(go())
+        assert active and result.status == RunStatus.CANCELLED
+        assert left.wait(timeout=10) == -signal.SIGKILL
+        assert not group_alive(left.pid)
+    finally:
+        signal_group_quietly(left.pid)
