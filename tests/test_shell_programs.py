@@ -451,6 +451,10 @@ SKIP_RUNS: dict[str, str] = {
     # Listed conservatively: no value is known to run in bash 5.2 or dash.
     "unalias": "only removes aliases; no value is known to run",
     "man": "man runs its pager (-P) only when writing to a terminal",
+    "gpg-agent": "the agent daemon waits for its program's end past any short timeout; the "
+                 "demo took 25 s",
+    "sensible-editor": "it probes for an editor with a terminal first (4 s); vim's own rows "
+                       "show the -c/+cmd value running",
     "cargo": "building a crate needs its toolchain and registry, which a test must not fetch",
     "ipython": "IPython reads its profile from HOME and may want a terminal; shown by the "
                "refusal alone",
