@@ -1,0 +1,509 @@
+"""What a command does with its arguments and its standard input, program by program
+(the table in :mod:`brain.shell_check.programs`): where a placeholder among a command's
+words, or fed to its input, would be code or the program to run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from brain.shell_check.programs import CODE_MODULES, PROGRAMS, Program, program_of, reads_stdin
+from brain.shell_check.syntax import (
+    _command_words,
+    _literal,
+    _Refused,
+    _single,
+    _text,
+    _walk,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from collections.abc import Iterator
+
+    from tree_sitter import Node
+
+# Wrappers with no option that takes an argument: the first plain word is the program.
+_PLAIN_WRAPPERS = {"command", "builtin", "nohup", "setsid", "coproc", "time"}
+
+_TEST_UNARY = {"!", "-b", "-c", "-d", "-e", "-f", "-g", "-h", "-k", "-L", "-n", "-N", "-O",
+               "-G", "-p", "-r", "-s", "-S", "-t", "-u", "-w", "-x", "-z", "-a", "-o"}
+
+_TEST_BINARY = {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot",
+                "-ef", "-a", "-o"}
+
+# A requirement whose package is written out, then a version operator: "tool=={v}".
+_PINNED = re.compile(r"""["']?[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]*\])?"""
+                     r"(?:===|==|>=|<=|~=|!=|<|>)")
+
+
+class _Arguments:
+    """The checks of a command's words and input, for one placeholder's marker (a word
+    holding ``prefix`` is hostile: it holds a value)."""
+
+    prefix: str
+    #: The template's functions, by name (see :meth:`check_template_readers`).
+    functions: dict[str, Node]
+
+    def hostile(self, node: Node) -> bool:
+        return self.prefix.encode() in (node.text or b"")
+
+    def check_command(self, cmd: Node) -> None:
+        name_node = cmd.child_by_field_name("name")
+        name = _literal(name_node) if name_node is not None else None
+        if name is None or self.prefix in name:
+            raise _Refused("an argument of a command whose name is not written literally, so "
+                           "the check cannot tell what would run",
+                           "write the program name literally, or use argv=")
+        self.check_args(name, _command_words(cmd))
+
+    def check_args(self, name: str, words: list[Node]) -> None:
+        base = name.rsplit("/", 1)[-1]
+        row = program_of(base)
+        if base == "printf":
+            self.check_printf(words)
+        elif base in ("test", "["):
+            if base == "[" and words and _literal(words[-1]) == "]":
+                words = words[:-1]
+            self.check_test(base, words)
+        elif base == "find":
+            self.check_find(words)
+        elif row is None:
+            return
+        elif row.runs == "code" and row.variable_options and self.only_variables(row, words):
+            return  # psql -v id={x}: a variable it sets, data until SQL reads it (:'id')
+        elif row.runs == "code":
+            raise _Refused(f"an argument of {base}, which {row.why}",
+                           "pass the value through env= (and use \"$VAR\") or stdin=")
+        elif row.runs == "names":
+            raise _Refused(f"an argument of {base}, which {row.why}")
+        elif row.runs == "shell":
+            self.check_shell(base, row, words)
+        elif row.runs == "program":
+            self.check_wrapper(base, row, words)
+        elif row.runs == "subcommand":
+            self.check_subcommand(base, row, words)
+        elif row.runs == "text":
+            self.check_program_text(base, row, words)
+        else:
+            self.check_options(base, row, words)
+
+    def variable_value(self, word: Node) -> bool:
+        """Whether ``word`` is ``NAME=`` written literally, then text holding the value."""
+        return re.match(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""", _text(word)) is not None \
+            and not _text(word).startswith(self.prefix)
+
+    def only_variables(self, row: Program, words: list[Node]) -> bool:
+        """Whether every placeholder among ``words`` is the ``NAME=value`` argument of one of
+        the row's variable options (``psql -v id={x}``, ``--set=id={x}``)."""
+        for i, word in enumerate(words):
+            if not self.hostile(word):
+                continue
+            before = _literal(words[i - 1]) if i else None
+            text = _text(word)
+            attached = next((o for o in row.variable_options if text.startswith(o + "=")), None)
+            if attached is not None:
+                text = text[len(attached) + 1:]
+            elif before not in row.variable_options:
+                return False
+            if re.match(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""", text) is None:
+                return False
+        return True
+
+    def check_input_of(self, cmd: Node | None, how: str) -> None:
+        """``sh < {x}``, ``sh <<< {x}``, ``. /dev/stdin <<< {x}``: what the command reads
+        from standard input must not be its program."""
+        name_node = cmd.child_by_field_name("name") if cmd is not None else None
+        name = _literal(name_node) if name_node is not None else None
+        if cmd is None or name is None or self.prefix in name:
+            raise self.stdin_refusal(how, "a command the check cannot name")
+        self.check_reader(name.rsplit("/", 1)[-1], _command_words(cmd), how)
+
+    def check_piped_into(self, element: Node, depth: int = 0) -> None:
+        """What a later command of a pipeline (or a ``>(…)``) reads from standard input must
+        not be its program (``echo {x} | sh``, ``printf %s {x} | sqlite3``), nor a command
+        the check cannot name (``| "$0"``); a function of the template is looked into."""
+        for node in _walk(element):
+            name_node = node.child_by_field_name("name") if node.type == "command" else None
+            if name_node is None:
+                continue
+            name = _literal(name_node)
+            if name is None:
+                raise self.stdin_refusal("in a pipeline", "a command the check cannot name")
+            body = self.functions.get(name)
+            if body is not None and depth < 8:
+                self.check_piped_into(body, depth + 1)
+                continue
+            base = name.rsplit("/", 1)[-1]
+            row = program_of(base)
+            if base == "find" or (row is not None and row.runs not in ("names", "options")):
+                self.check_reader(base, _command_words(node), "in a pipeline")
+
+    def check_template_readers(self, root: Node) -> None:
+        """Template-wide, since a value reaches a pipe or a function however it is written
+        there: every later command of every pipeline, and every ``>(…)``, must read its
+        input as data."""
+        self.functions = {}
+        for node in _walk(root):
+            if node.type == "function_definition":
+                fname = node.child_by_field_name("name")
+                fbody = node.child_by_field_name("body")
+                if fname is not None and fbody is not None:
+                    self.functions[_text(fname)] = fbody
+        for node in _walk(root):
+            if node.type == "pipeline":
+                for later in node.named_children[1:]:
+                    self.check_piped_into(later)
+            elif node.type == "process_substitution" and _text(node).startswith(">("):
+                self.check_piped_into(node)
+
+    def stdin_refusal(self, how: str, who: str) -> _Refused:
+        return _Refused(f"{how} that {who} reads from standard input, where it may take it as "
+                        f"its program", "feed it to a program that reads data (cat, grep …), "
+                        "or pass the text through stdin=")
+
+    def check_reader(self, base: str, words: list[Node], how: str) -> None:
+        """Refuse unless program ``base`` with argument ``words`` reads its standard input
+        as data."""
+        row = program_of(base)
+        if row is None or row.runs == "options":
+            return
+        if row.runs == "program":
+            # Each word that may be the program it runs must read its input as data; xargs
+            # makes its input the program's arguments, so that program must take any.
+            for program, rest, certain in self.wrapped_candidates(base, row, words):
+                if base == "xargs" and (program_of(program) is not None
+                                        or program.rsplit("/", 1)[-1] == "find"):
+                    why = getattr(program_of(program), "why", "runs what -exec names")
+                    raise _Refused(f"{how} that xargs turns into arguments of {program}, which "
+                                   f"{why}")
+                if base != "xargs":
+                    self.check_reader(program.rsplit("/", 1)[-1], rest, how)
+                if certain:
+                    return
+            raise self.stdin_refusal(how, base)
+        if row.runs == "names" and not how.startswith("the name"):
+            raise _Refused(f"a here-string read by {base}, which assigns it to a variable "
+                           f"(like NAME={{x}})")
+        if row.runs == "subcommand" and self.running_subcommand(row, words) is None:
+            return  # docker login --password-stdin: a subcommand that reads data
+        if row.runs in ("code", "names", "program", "subcommand") or \
+                not self.has_program_text(base, row, words):
+            raise self.stdin_refusal(how, base)
+
+    def wrapped_candidates(self, name: str, row: Program,
+                           words: list[Node]) -> Iterator[tuple[str, list[Node], bool]]:
+        """The words a wrapper may run as its program, with their arguments, and whether
+        each is certainly the program (it is not right after an option that may take it).
+        Stops at a word that is not literal. Where the row lists the options that take an
+        argument (``nice -n 5``), the program is always certain."""
+        precise = bool(row.arg_options)
+        after_option = skip = False
+        leading = row.leading
+        for i, word in enumerate(words):
+            lit = _literal(word)
+            if lit is None or self.hostile(word):
+                return
+            if skip:  # the argument of the option before
+                skip = False
+                continue
+            if _is_code_option(lit, row):
+                return  # env -S 'sh -c': a command line of its own
+            if lit.startswith("-") or (name == "env" and "=" in lit):
+                after_option = lit.startswith("-") and not precise
+                skip = precise and lit in row.arg_options
+                continue
+            if leading > 0 and not after_option:
+                leading -= 1
+                continue
+            certain = not after_option or name in _PLAIN_WRAPPERS
+            yield lit, words[i + 1:], certain
+            if certain:
+                return
+            after_option = False
+
+    def has_program_text(self, name: str, row: Program, words: list[Node]) -> bool:
+        """Whether a shell or interpreter is given its program literally (``sh -c '…'``,
+        ``python3 script.py``), so standard input is data to it. Interactive options
+        (``python3 -i``, ``node -i``) and modules that read code (``python3 -m code``) make
+        standard input code again."""
+        def data(word: Node | None) -> bool:
+            lit = _literal(word) if word is not None else None
+            return word is not None and lit is not None and not self.hostile(word) \
+                and not reads_stdin(lit)
+
+        interactive = any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*|--interactive", _literal(w) or "")
+                          for w in words) and row.runs == "text"
+        i = 0
+        while i < len(words):
+            lit = _literal(words[i])
+            if lit is None or self.hostile(words[i]):
+                return False
+            if lit in row.code_options or (row.runs == "shell" and lit.startswith("-")
+                                            and "c" in lit[1:] and not lit.startswith("--")):
+                given = words[i + 1] if i + 1 < len(words) else None
+                if lit == "-m" and given is not None and _literal(given) in CODE_MODULES:
+                    return False
+                return data(given) and not interactive
+            if lit in row.arg_options:
+                i += 2
+                continue
+            if lit == "--":
+                return data(words[i + 1] if i + 1 < len(words) else None) and not interactive
+            if lit.startswith(("-", "+")) and not reads_stdin(lit):
+                if row.runs == "shell" and "s" in lit[1:] and not lit.startswith("--"):
+                    return False  # sh -s: the script is standard input
+                i += 1
+                continue
+            return not reads_stdin(lit) and not interactive
+        return False
+
+    def check_program_text(self, name: str, row: Program, words: list[Node]) -> None:
+        """``sed``/``awk``/``perl -e``/``python -c``…: their program text is code (sed's
+        ``e``, awk's ``system()``): placeholders only after it, as data, never in it or in
+        an option. GNU sed takes options anywhere (even after its script), and perl, node
+        or gawk read options after program text given with ``-e``/``-f``: there a
+        placeholder must follow ``--``. perl's ``-n``/``-p`` loop opens a file name ending
+        in ``|`` as a command: no placeholder at all then."""
+        code_opts, arg_opts = row.code_options, row.arg_options
+        anywhere = name == "sed"
+        refusal = _Refused(f"an option or the program text of {name}, which {row.why}",
+                           f"write {name}'s program literally and pass the value after it"
+                           + (" and after --" if anywhere else "") + ", or through env= or stdin=")
+        if row is PROGRAMS["perl"] and any(
+                re.fullmatch(r"-[a-zA-Z]*[np][a-zA-Z]*", _literal(w) or "") for w in words):
+            raise _Refused(f"an argument of {name} -n or -p, whose loop opens a file name "
+                           f"ending in | as a command", "pass the value through env= or stdin=")
+        program = via_option = False
+        i = 0
+        while i < len(words):
+            word = words[i]
+            lit = _literal(word)
+            if self.hostile(word) or lit is None:
+                if program and not anywhere:
+                    if via_option and row.after_code != "data":
+                        raise _Refused(f"after {name}'s program text given with an option, "
+                                       f"where {name} still reads options (or a script)",
+                                       f"write -- before the placeholder ({name} -e '…' -- {{x}}), "
+                                       f"or put the program in a file")
+                    return  # data, after the program
+                raise refusal
+            if lit == "--":
+                rest = words[i + 1:]
+                if not program and (not rest or self.hostile(rest[0]) or _literal(rest[0]) is None):
+                    raise refusal
+                if via_option and row.after_code == "script" and any(map(self.hostile, rest)):
+                    raise refusal
+                return
+            if lit in code_opts or lit in arg_opts:
+                given = words[i + 1] if i + 1 < len(words) else None
+                if given is not None and lit in row.variable_options and \
+                        self.variable_value(given):
+                    i += 2  # awk -v n={x}: a variable, data
+                    continue
+                if given is None or self.hostile(given) or _literal(given) is None:
+                    raise refusal
+                if lit in code_opts:
+                    program = via_option = True
+                i += 2
+                continue
+            if not lit.startswith("-") or lit == "-":
+                program = True  # the program text or script file, written literally
+                via_option = False
+                if not anywhere:
+                    return
+            i += 1
+
+    def check_find(self, words: list[Node]) -> None:
+        """``find ... -exec PROGRAM ARGS ;``: the program is written out, and checked; and no
+        value may split into several words (``-name $(…)``), which could add an ``-exec``."""
+        for word in words:
+            if self.hostile(word) and not _single(word):
+                raise _Refused("unquoted $(…) output among find's arguments, where it could split "
+                               "into several (-exec …)", 'write it in double quotes: "$(…)"')
+        for i, word in enumerate(words):
+            if _literal(word) in ("-exec", "-execdir", "-ok", "-okdir") and i + 1 < len(words):
+                program = words[i + 1]
+                prog = _literal(program)
+                if self.hostile(program) or prog is None:
+                    raise _Refused("the program find -exec runs", "write the program literally")
+                end = next((j for j in range(i + 2, len(words))
+                            if _literal(words[j]) in (";", "+", "\\;")), len(words))
+                self.check_args(prog, words[i + 2:end])
+
+    def check_printf(self, words: list[Node]) -> None:
+        """``printf [-v NAME] [--] FORMAT ARGS``: options and format must be written out."""
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if self.hostile(word) or not _single(word):
+                raise _Refused("printf's format or options (a value -v would make bash "
+                               "evaluate the next word as a variable name)",
+                               "write the format literally first: printf '%s\\n' {x}")
+            lit = _literal(word)
+            if lit == "-v":
+                if i + 1 < len(words) and (self.hostile(words[i + 1])
+                                           or not _single(words[i + 1])):
+                    raise _Refused("the variable name of printf -v, which bash evaluates "
+                                   "(a[$(…)] runs)")
+                i += 2
+            elif lit == "--":
+                i += 1
+            else:
+                return
+        raise _Refused("printf's format or options")  # pragma: no cover - marker is a word
+
+    def check_test(self, name: str, words: list[Node]) -> None:
+        """``test``/``[`` with at most three words whose roles cannot change."""
+        hostile = {i for i, w in enumerate(words) if self.hostile(w)}
+        single = all(_single(w) for w in words)
+        n = len(words)
+        lits = [_literal(w) for w in words]
+        if single and (
+                n == 1
+                or (n == 2 and hostile == {1} and lits[0] in _TEST_UNARY)
+                or (n == 3 and 1 not in hostile and lits[1] in _TEST_BINARY)):
+            return
+        raise _Refused(f"an operand of {name} where a value like -v could become an "
+                       f"operator (bash's -v evaluates a[$(…)])",
+                       "use the forms [ -n {x} ] or [ {x} = word ], or pass the value "
+                       "through env=")
+
+    def check_shell(self, name: str, row: Program, words: list[Node]) -> None:
+        """``sh [options] SCRIPT-OR-FILE ARGS``: data only after a literal script."""
+        i = 0
+        while i < len(words):
+            word = words[i]
+            lit = _literal(word)
+            if self.hostile(word) or lit is None:
+                raise _Refused(f"an option or the script of {name}, which {row.why}",
+                               f"write the script literally and pass the value after it: "
+                               f"{name} -c 'printf %s \"$1\"' sh {{x}}")
+            if lit in ("-", "--"):
+                i += 1
+                break
+            if lit in row.arg_options:
+                given = words[i + 1] if i + 1 < len(words) else None
+                if given is None or self.hostile(given) or _literal(given) is None:
+                    raise _Refused(f"the argument of {name} {lit} (a file or option it runs)",
+                                   "write it literally")
+                i += 2
+            elif lit.startswith(("-", "+")):
+                i += 1
+            else:
+                return
+        if i < len(words) and _literal(words[i]) is not None and not self.hostile(words[i]):
+            return
+        raise _Refused(f"the script of {name}, which {row.why}")
+
+    def check_wrapper(self, name: str, row: Program, words: list[Node]) -> None:
+        """``env``/``timeout 5``/``setarch x86_64``…: the program they run must be written
+        out first, after the options and the row's fixed words; it is checked in turn (each
+        word an option may take as its argument is checked as a program too)."""
+        for program, rest, certain in self.wrapped_candidates(name, row, words):
+            self.check_args(program, rest)
+            if certain:
+                return
+        raise _Refused(f"an argument of {name}, which {row.why} (it may take the value as the "
+                       f"program to run, or as one of its options)",
+                       f"write the program after {name} literally and the placeholder after it")
+
+    def check_subcommand(self, name: str, row: Program, words: list[Node]) -> None:
+        """``uv run``, ``npm exec``, ``docker compose run``…: where a subcommand that runs a
+        program appears anywhere (options and their arguments may come first: ``npm
+        --prefix . exec``), no placeholder may; nor may one choose the subcommand. Other
+        subcommands' arguments are data."""
+        running = self.running_subcommand(row, words)
+        if running is not None and name in ("pip", "pip3") and all(
+                _PINNED.match(_text(w)) for w in words if self.hostile(w)):
+            return  # pip install "tool=={v}": the value picks a version of a named package
+        if running is not None:
+            raise _Refused(f"an argument of {name} {running}, which {row.why}",
+                           "pass the value through env= (and use \"$VAR\") or stdin=")
+        for word in words:
+            lit = _literal(word)
+            if self.hostile(word) or lit is None:
+                raise _Refused(f"an argument of {name} where it could be the subcommand, and "
+                               f"{name} {row.why}", "write the subcommand literally first")
+            if not lit.startswith("-"):
+                return
+
+    def running_subcommand(self, row: Program, words: list[Node]) -> str | None:
+        """The first word of ``words`` that is one of the row's program-running
+        subcommands, or ``None``."""
+        return next((lit for w in words if (lit := _literal(w)) in row.subcommands), None)
+
+    def check_options(self, name: str, row: Program, words: list[Node]) -> None:
+        """``git``/``tar``/``rsync``…: a value that starts a word could start with ``-`` and
+        become one of the options that run a program; it must follow ``--`` (or an option
+        that takes it as its value, ``git commit -m {x}``)."""
+        previous: str | None = None
+        first = _subcommand(row, words)
+        for word in words:
+            lit = _literal(word)
+            if lit in row.runs_after:
+                raise _Refused(f"after {name} … {lit}, which runs the rest as a command",
+                               "pass the value through env= (and use \"$VAR\")")
+            if lit in ("--", "--end-of-options"):
+                if any(_literal(w) in row.runs_after for w in words):
+                    continue
+                return
+            text = _text(word).lstrip("'\"\\")
+            if self.hostile(word) and first in row.data_subcommands \
+                    and previous not in row.code_options and not text.startswith("-"):
+                previous = lit
+                continue  # git checkout {x}: no option of it runs a program
+            if self.hostile(word):
+                if text.startswith("-"):  # --option={x}: only an option taking plain data
+                    risky = text.split("=", 1)[0] not in row.value_options
+                else:  # {x}, "{x}", $(…{x}…): the value could start with -
+                    risky = text.startswith((self.prefix, "$")) and not (
+                        previous in row.value_options
+                        or f"{first}:{previous}" in row.value_options
+                        or (name == "tar" and _tar_bundle_takes(previous) in ("f", "C")))
+                if previous in row.code_options:
+                    raise _Refused(f"the argument of {name} {previous}, which it runs (or "
+                                   f"which sets what it runs)",
+                                   "write it literally, or pass the value through env=")
+                if risky:
+                    raise _Refused(f"an argument of {name} where an option could stand, and "
+                                   f"{name} {row.why}",
+                                   f"write -- before it ({name} … -- {{x}}"
+                                   + (", or --end-of-options before a revision" if name == "git"
+                                      else "") + "), or glue it to a literal prefix (./{x})")
+            previous = lit
+
+
+def _subcommand(row: Program, words: list[Node]) -> str | None:
+    """The first word that is neither an option nor the argument of one (``git -C dir
+    checkout`` → ``checkout``)."""
+    skip = False
+    for word in words:
+        lit = _literal(word)
+        if skip:
+            skip = False
+            continue
+        if lit is None:
+            return None
+        if lit.startswith("-"):
+            skip = lit in row.arg_options
+            continue
+        return lit
+    return None
+
+def _tar_bundle_takes(word: str | None) -> str | None:
+    """Which option of a tar option bundle (``czf``, ``-cIf``) takes the next word: the
+    first of its letters that takes an argument; ``None`` when none does."""
+    if word is None or word.startswith("--") or not re.fullmatch(r"-?[A-Za-z]+", word):
+        return None
+    return next((c for c in word.lstrip("-") if c in "bCfFgHIKLNTVX"), None)
+
+def _is_code_option(word: str, row: Program) -> bool:
+    """Whether ``word`` is one of the row's code options, also glued to its value or in a
+    cluster of short options (``-S'sh -c'``, ``-iS``, ``--split-string=…``)."""
+    if word.split("=", 1)[0] in row.code_options:
+        return True
+    if word.startswith("-") and not word.startswith("--"):
+        shorts = {o[1] for o in row.code_options if len(o) == 2}
+        return any(letter in shorts for letter in word[1:])
+    return False
