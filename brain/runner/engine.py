@@ -231,6 +231,7 @@ class RunExecution:
         failure: _Outcome | None = None
         failures: list[_Outcome] = []
         monitor = asyncio.create_task(self._monitor())
+        monitor.add_done_callback(self._monitor_ended)
         cancel_wait = asyncio.create_task(self._cancel.wait())
         try:
             while True:
@@ -273,6 +274,7 @@ class RunExecution:
                                             failures))
             raise
         finally:
+            monitor.remove_done_callback(self._monitor_ended)  # stopped by us: as it should
             monitor.cancel()
             cancel_wait.cancel()
         return await self._stop(running, self._names(waiting, groups), failure, failures)
@@ -409,9 +411,17 @@ class RunExecution:
                             self.run_id)
                 return
             renew = sent - last_renew >= renew_every
+            # asyncio.wait, not wait_for: a heartbeat that ends as its time runs out (after a
+            # freeze, both at once) must never end this monitor by a stray cancellation, and
+            # a late heartbeat is left to land rather than cut off mid-write.
+            beat = asyncio.ensure_future(self.store.heartbeat(
+                self.run_id, self.owner, self.lease_seconds if renew else None))
+            done, _ = await asyncio.wait({beat}, timeout=left)
+            if not done:  # a busy database: try again at the next tick
+                beat.add_done_callback(lambda t: t.cancelled() or t.exception())
+                continue
             try:
-                ours, cancel = await asyncio.wait_for(self.store.heartbeat(
-                    self.run_id, self.owner, self.lease_seconds if renew else None), left)
+                ours, cancel = beat.result()
             except Exception:  # a busy database: try again at the next tick
                 continue
             if renew and ours:
@@ -422,6 +432,19 @@ class RunExecution:
             if cancel:
                 self._cancel.set()
                 return
+
+    def _monitor_ended(self, monitor: asyncio.Task[None]) -> None:
+        """The monitor ends only by saying why (lease lost, cancel requested) or when the
+        execution stops it. Ended any other way (an error of its own), nobody renews the
+        lease any more: the run's work stops as for a lost lease, and a resume takes over."""
+        if self._cancel.is_set():
+            return
+        error = None if monitor.cancelled() else monitor.exception()
+        if monitor.cancelled() or error is not None:
+            log.error("run %s: the lease monitor stopped (%s); its work stops", self.run_id,
+                      "cancelled" if error is None else _internal_error(error))
+            self.stalled = True
+            self._lose_lease()
 
     def _lose_lease(self) -> None:
         """The lease is lost (or may be): SIGKILL the running steps' process groups now,

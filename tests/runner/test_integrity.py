@@ -530,3 +530,35 @@ def test_text_with_nul_is_stored_on_postgresql_too(pg_url: str) -> None:
     assert result.steps["printed"].output == "x\ufffdy"
     assert result.trigger.body == "body\ufffdwith nul"
     assert queued.trigger.body == "a\ufffdb"
+
+
+def test_a_lease_monitor_that_dies_stops_the_work_like_a_lost_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody renews the lease once the monitor is gone: the step is killed at once and
+    nothing more is written; the run is taken over again once its lease has run out (here
+    by the same in-process call), so the step never runs on beside its next try."""
+    from brain import shell, workflow
+    from brain.store.memory import MemoryStore
+
+    monkeypatch.setenv("BRAIN_LEASE_SECONDS", "2")
+
+    class BrokenHeartbeat(MemoryStore):
+        beats = 0
+
+        async def heartbeat(self, run_id: str, owner: str,
+                            lease_seconds: float | None) -> tuple[bool, bool]:
+            self.beats += 1
+            if self.beats == 2:  # the monitor's first beat
+                raise asyncio.CancelledError  # a stray cancellation, as asyncio can deliver
+            return await super().heartbeat(run_id, owner, lease_seconds)
+
+    @workflow(name="monitored")
+    def monitored():
+        shell("slow", command=f"cd {tmp_path}; if [ -e first ]; then echo again; "
+                              f"else touch first; sleep 20; touch ended; fi")
+
+    result = monitored.run(store=BrokenHeartbeat())
+    assert result.status == "succeeded", result.error
+    assert result.steps["slow"].output == "again"
+    assert result.steps["slow"].tries == 2
+    assert not (tmp_path / "ended").exists(), "the first try ran on after the monitor died"
