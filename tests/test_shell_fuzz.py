@@ -40,10 +40,11 @@ pytestmark = pytest.mark.skipif(not all(shutil.which(s[0]) for s in SHELLS.value
                                 reason="needs dash and bash")
 
 BATCH = 16            # templates per hypothesis example
-# 4,800 generated templates; SHELL_FUZZ_EXAMPLES=5000 for a longer soak.
-EXAMPLES = int(os.environ.get("SHELL_FUZZ_EXAMPLES", "300"))
+# 3,840 generated templates (about 2,300 accepted now that quoted placeholders are);
+# SHELL_FUZZ_EXAMPLES=5000 for a longer soak.
+EXAMPLES = int(os.environ.get("SHELL_FUZZ_EXAMPLES", "240"))
 VALUE_SETS = 2        # hostile value sets per accepted template and shell
-MIN_ACCEPTED = 2000   # accepted templates, each run under both shells
+MIN_ACCEPTED = 1800   # accepted templates, each run under both shells
 
 # --- the grammar ------------------------------------------------------------------------
 # A hand-written random grammar seeded by hypothesis: far faster to draw than nested
