@@ -32,6 +32,8 @@ _TEST_UNARY = {"!", "-b", "-c", "-d", "-e", "-f", "-g", "-h", "-k", "-L", "-n", 
 _TEST_BINARY = {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot",
                 "-ef", "-a", "-o"}
 
+# `NAME=` written literally (a quote may open first): a variable a program sets.
+_NAME_IS = re.compile(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""")
 # A requirement whose package is written out, then a version operator: "tool=={v}".
 _PINNED = re.compile(r"""["']?[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]*\])?"""
                      r"(?:===|==|>=|<=|~=|!=|<|>)")
@@ -90,7 +92,7 @@ class _Arguments:
 
     def variable_value(self, word: Node) -> bool:
         """Whether ``word`` is ``NAME=`` written literally, then text holding the value."""
-        return re.match(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""", _text(word)) is not None \
+        return _NAME_IS.match(_text(word)) is not None \
             and not _text(word).startswith(self.prefix)
 
     def only_variables(self, row: Program, words: list[Node]) -> bool:
@@ -106,7 +108,7 @@ class _Arguments:
                 text = text[len(attached) + 1:]
             elif before not in row.variable_options:
                 return False
-            if re.match(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""", text) is None:
+            if _NAME_IS.match(text) is None:
                 return False
         return True
 

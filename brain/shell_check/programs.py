@@ -219,9 +219,8 @@ _ALIASES = [(re.compile(p), name) for p, name in [
     (r"lua[0-9.]*", "lua"), (r"ruby[0-9.]*", "ruby"), (r"node[0-9]*", "node"),
     (r"ld(?:-linux[\w.-]*)?\.so(?:\.[0-9]+)*", "x86_64"), (r"gawk[0-9.-]*", "gawk"),
 ]]
-#: Files a program reads its standard input through (``bash /dev/stdin``).
-STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
-_STDIN_PATH = re.compile(r"(?:^|/)dev/stdin|/fd/0|(?:^|/)dev/fd/0|^-$")
+# Files a program reads its standard input through (``bash /dev/stdin``), normalised.
+_STDIN_PATH = re.compile(r"(?:^|/)dev/stdin|/fd/0")
 #: Python modules that read code from standard input (``python3 -m code``).
 CODE_MODULES = frozenset({"code", "asyncio", "pdb", "IPython", "ptpython", "bpython", "idlelib",
                           "pydoc", "cProfile", "profile", "trace", "runpy", "timeit"})

@@ -150,6 +150,19 @@ def finished(url: str, run_id: str) -> Any:
     return run if run.status in ("succeeded", "failed", "cancelled") else None
 
 
+def freeze_past_lease(worker: subprocess.Popen[bytes], tmp_path: Path, url: str,
+                      run_id: str) -> int:
+    """Once the step has started and is recorded running with its process group, SIGSTOP
+    ``worker`` and wait until the database says its lease has expired; return the pid of
+    the step's copy that the frozen worker started."""
+    [copy] = wait_for(lambda: started(tmp_path), 60, "the step to start")
+    wait_for(lambda: recorded_running(url, run_id), 30, "the step to be recorded")
+    worker.send_signal(signal.SIGSTOP)
+    wait_for(lambda: run_id in in_store(url, lambda store: store.expired_runs()), 30,
+             "the frozen worker's lease to expire")
+    return copy
+
+
 def assert_one_copy_at_a_time(tmp_path: Path, run: Any, frozen: int, output: str) -> None:
     """No copy of the step met another; the frozen one was SIGKILLed (never saw a SIGTERM,
     never ended); the run ended succeeded, with a try for each copy that started."""
@@ -188,11 +201,7 @@ def test_a_frozen_executors_step_never_runs_beside_its_resumed_copy(
     first = workers.start(folder)
 
     # Frozen once its step has started, recorded as running with its process group.
-    [copy1] = wait_for(lambda: started(tmp_path), 60, "the step to start")
-    wait_for(lambda: recorded_running(url, run_id), 30, "the step to be recorded")
-    first.send_signal(signal.SIGSTOP)
-    wait_for(lambda: run_id in in_store(url, lambda store: store.expired_runs()), 30,
-             "the frozen worker's lease to expire")
+    copy1 = freeze_past_lease(first, tmp_path, url, run_id)
 
     workers.start(folder)  # looks for abandoned runs as it starts
     wait_for(lambda: len(started(tmp_path)) >= 2 or finished(url, run_id), 60,
@@ -219,11 +228,7 @@ def test_a_thawed_executor_kills_its_steps_at_once_and_writes_nothing(
     executors.append(workers)
     run_id = enqueue(url, folder)
     worker = workers.start(folder)
-    [copy1] = wait_for(lambda: started(tmp_path), 60, "the step to start")
-    wait_for(lambda: recorded_running(url, run_id), 30, "the step to be recorded")
-    worker.send_signal(signal.SIGSTOP)
-    wait_for(lambda: run_id in in_store(url, lambda store: store.expired_runs()), 30,
-             "the frozen worker's lease to expire")
+    copy1 = freeze_past_lease(worker, tmp_path, url, run_id)
     worker.send_signal(signal.SIGCONT)
     run = wait_for(lambda: finished(url, run_id), 60, "the run to end")
 
