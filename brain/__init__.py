@@ -35,7 +35,7 @@ from brain.dsl import (
                            when,
 )
 from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData
-from brain.runnable import Workflow, workflow
+from brain.workflow import Workflow, workflow
 
 __all__ = [
     "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",

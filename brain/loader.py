@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from brain._errors import WorkflowDefinitionError, WorkflowLoadError
-from brain.runnable import Workflow
+from brain.workflow import Workflow
 
 _SKIP_PREFIXES = ("_", "test_")
 

@@ -27,7 +27,7 @@ from brain.results import FINISHED_RUN, RunResult, TriggerData
 from brain.triggers.schedule import trigger_key
 
 if TYPE_CHECKING:
-    from brain.runnable import Workflow
+    from brain.workflow import Workflow
     from brain.runner.events import StepEvent
     from brain.store import Store
 

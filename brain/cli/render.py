@@ -16,7 +16,7 @@ from brain.runner.events import StepEvent
 
 if TYPE_CHECKING:
     from brain.results import RunResult
-    from brain.runnable import Workflow
+    from brain.workflow import Workflow
 
 
 class _Console(Console):

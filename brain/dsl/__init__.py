@@ -1,5 +1,5 @@
 """The workflow language: step helpers, triggers, tracing and the workflow model (plain
-specs). ``@workflow`` and the runnable :class:`brain.Workflow` live in :mod:`brain.runnable`."""
+specs). ``@workflow`` and the runnable :class:`brain.Workflow` live in :mod:`brain.workflow`."""
 
 from brain.dsl.helpers import llm, mcp_tool, secret, shell
 from brain.dsl.model import WorkflowGraph, WorkflowSpec

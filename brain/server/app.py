@@ -19,7 +19,7 @@ from brain._version import __version__
 from brain.service import BrainService
 
 if TYPE_CHECKING:
-    from brain.runnable import Workflow
+    from brain.workflow import Workflow
     from brain.store import Store
 
 log = logging.getLogger("brain.server")
@@ -29,7 +29,7 @@ def _workflows(items: Iterable[Workflow | str | os.PathLike[str]] | Mapping[str,
                ) -> dict[str, Workflow]:
     from brain._errors import WorkflowLoadError
     from brain.loader import discover
-    from brain.runnable import Workflow
+    from brain.workflow import Workflow
 
     if isinstance(items, Mapping):
         return dict(items)

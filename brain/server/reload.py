@@ -18,7 +18,7 @@ from brain.results import TriggerData
 from brain.runner.engine import failure_runs
 
 if TYPE_CHECKING:
-    from brain.runnable import Workflow
+    from brain.workflow import Workflow
     from brain.service import BrainService
     from brain.store.base import QueuedRun
 

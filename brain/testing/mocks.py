@@ -23,7 +23,7 @@ from brain.executors.function import output_text
 from brain.results import RunResult, base_name
 
 if TYPE_CHECKING:
-    from brain.runnable import Workflow
+    from brain.workflow import Workflow
     from brain.store.base import RunStore
 
 KINDS = ("shell", "llm", "mcp_tool", "step")

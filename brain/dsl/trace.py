@@ -1,6 +1,6 @@
 """Tracing a workflow function into a :class:`~brain.dsl.model.WorkflowSpec` (plain data).
 
-The decorator and the callable workflow built on it live in :mod:`brain.runnable`,
+The decorator and the callable workflow built on it live in :mod:`brain.workflow`,
 above the runner; this module knows nothing of running.
 """
 

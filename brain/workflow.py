@@ -17,7 +17,7 @@ from brain._secrets import declare_secret_names, remember
 from brain.dsl.model import WorkflowGraph, WorkflowSpec
 from brain.dsl.tracing import current_tracer
 from brain.dsl.triggers import TriggerSpec
-from brain.dsl.workflow import trace_workflow
+from brain.dsl.trace import trace_workflow
 from brain.results import RunResult, TriggerData
 
 if TYPE_CHECKING:
