@@ -27,9 +27,9 @@ from brain.results import FINISHED_RUN, RunResult, TriggerData
 from brain.triggers.schedule import trigger_key
 
 if TYPE_CHECKING:
-    from brain.workflow import Workflow
     from brain.runner.events import StepEvent
     from brain.store import Store
+    from brain.workflow import Workflow
 
 log = logging.getLogger("brain.service")
 #: One line per run start and end and per step failure (SPEC §14), with the run's fields as

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, overload
 from brain._errors import WorkflowDefinitionError
 from brain._secrets import declare_secret_names, remember
 from brain.dsl.model import WorkflowGraph, WorkflowSpec
+from brain.dsl.trace import trace_workflow
 from brain.dsl.tracing import current_tracer
 from brain.dsl.triggers import TriggerSpec
-from brain.dsl.trace import trace_workflow
 from brain.results import RunResult, TriggerData
 
 if TYPE_CHECKING:

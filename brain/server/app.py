@@ -19,8 +19,8 @@ from brain._version import __version__
 from brain.service import BrainService
 
 if TYPE_CHECKING:
-    from brain.workflow import Workflow
     from brain.store import Store
+    from brain.workflow import Workflow
 
 log = logging.getLogger("brain.server")
 

@@ -18,9 +18,9 @@ from brain.results import TriggerData
 from brain.runner.engine import failure_runs
 
 if TYPE_CHECKING:
-    from brain.workflow import Workflow
     from brain.service import BrainService
     from brain.store.base import QueuedRun
+    from brain.workflow import Workflow
 
 log = logging.getLogger("brain.server")
 run_log = logging.getLogger("brain.runs")

@@ -23,8 +23,8 @@ from brain.executors.function import output_text
 from brain.results import RunResult, base_name
 
 if TYPE_CHECKING:
-    from brain.workflow import Workflow
     from brain.store.base import RunStore
+    from brain.workflow import Workflow
 
 KINDS = ("shell", "llm", "mcp_tool", "step")
 Mock = str | Callable[["MockCall"], Any] | Callable[["MockCall"], Awaitable[Any]]
