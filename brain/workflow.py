@@ -8,7 +8,6 @@ a queue, is added here.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
@@ -37,9 +36,6 @@ class Workflow:
         self.__wrapped__ = fn
         self.source_dir = os.path.dirname(spec.source_file) if spec.source_file else os.getcwd()
         self.definition_hash = spec.definition_hash()
-        #: The service executing this workflow in this process, if any (it sets this when it
-        #: starts serving the workflow): where :meth:`enqueue` sends runs.
-        self.served_by: Any = None
         #: ``on_failure=``: workflows queued, in the same transaction, when a run fails.
         self.failure_handlers: tuple[Workflow, ...] = tuple(failure_handlers)
 
@@ -80,19 +76,10 @@ class Workflow:
         otherwise it is written to ``BRAIN_DATABASE_URL`` for a running ``brain
         serve`` or ``brain worker`` to take.
         """
-        trigger = TriggerData.from_input({"body": body, "headers": headers or {}}, event="manual")
-        service = self.served_by
-        if service is not None and service.workflows.get(self.name) is self:
-            run_id, _ = await service.enqueue(self, trigger, trigger_key="api")
-            return str(run_id)
-        from brain.store import Store
+        from brain.runner.queueing import enqueue_here_or_there
 
-        async with Store() as store:
-            run_id, _ = await store.enqueue_run(
-                run_id=uuid.uuid4().hex, workflow=self.name, definition_hash=self.definition_hash,
-                trigger=trigger, step_rows=[(s.name, s.kind) for s in self.spec.steps],
-                trigger_key="api")
-        return str(run_id)
+        trigger = TriggerData.from_input({"body": body, "headers": headers or {}}, event="manual")
+        return await enqueue_here_or_there(self, trigger, trigger_key="api")
 
     def run(self, trigger: object = None, *, store: RunStore | str | None = None,
             on_event: EventHandler | None = None) -> RunResult:

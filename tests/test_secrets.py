@@ -336,7 +336,7 @@ def test_a_tail_keeps_no_piece_of_a_secret_wherever_the_cut_falls(
                      max_size=60), pad=st.integers(1900, 2100))
 def test_an_internal_error_cut_to_its_limit_keeps_no_piece_of_a_secret(value: str,
                                                                        pad: int) -> None:
-    from brain.runner.engine import _internal_error
+    from brain.runner.texts import internal_error as _internal_error
 
     with _only_adding(value):
         text = _internal_error(LookupError("u" * pad + " with token " + value))

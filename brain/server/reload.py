@@ -14,12 +14,9 @@ import os
 from typing import TYPE_CHECKING
 
 from brain._errors import WorkflowLoadError
-from brain.results import TriggerData
-from brain.runner.engine import failure_runs
 
 if TYPE_CHECKING:
     from brain.service import BrainService
-    from brain.store.base import QueuedRun
     from brain.workflow import Workflow
 
 log = logging.getLogger("brain.server")
@@ -98,14 +95,7 @@ class Reloader:
             return
         for name, gone in removed.items():
             # Its queued runs fail now, and, like any failed run, queue its failure handlers.
-            def handlers(run_id: str, event: str, gone: Workflow = gone) -> list[QueuedRun]:
-                # Only handlers still loaded: one removed with it would wait forever.
-                loaded = self.service.workflows
-                return [q for q in failure_runs(gone, TriggerData(event=event), run_id,
-                                                NOT_LOADED, None, None, loaded=loaded)
-                        if q.workflow in loaded]
-
-            failed = await self.service.store.fail_queued(name, NOT_LOADED, handlers)
+            failed = await self.service.fail_queued_of_removed(gone, NOT_LOADED)
             for run_id in failed:
                 run_log.warning("run %s of %s failed: %s", run_id, name, NOT_LOADED,
                                 extra={"run_id": run_id, "workflow": name, "status": "failed"})

@@ -272,7 +272,7 @@ def test_a_step_that_ended_as_the_cancel_arrived_keeps_its_status() -> None:
         def on_event(event: StepEvent) -> None:
             events.append((event.step, event.status))
             if event.step == "breaks" and event.status == "failed":
-                execution._cancel.set()  # the cancel is noticed in the same loop turn
+                execution.request_stop()  # the cancel is noticed in the same loop turn
 
         execution = RunExecution(cancel_race, store, "a1", "me:1:a", trigger=TriggerData(),
                                  previous_run_id=None, lease_seconds=30, on_event=on_event)

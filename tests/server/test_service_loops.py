@@ -153,7 +153,7 @@ def test_a_schedule_fire_that_could_not_be_queued_is_queued_later(tmp_path: Path
         try:
             fire_time = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
             _sql(db, "ALTER TABLE brain_fires RENAME TO brain_fires_away")
-            await service._fire("fired", "every:60", fired.triggers[0] if fired.triggers else
+            await service.firing.fire("fired", "every:60", fired.triggers[0] if fired.triggers else
                                 _every(), fire_time)
             _sql(db, "ALTER TABLE brain_fires_away RENAME TO brain_fires")
             for _ in range(100):

@@ -151,7 +151,7 @@ async def test_catch_up_keeps_its_history_when_a_webhook_is_inserted_before_the_
 
     def schedules(triggers: list[Any]) -> list[tuple[str, str, Any]]:
         wf = workflow(name="digest", triggers=triggers)(body)
-        return BrainService({wf.name: wf}, store=Store(db_url), triggers=True)._schedules()
+        return BrainService({wf.name: wf}, store=Store(db_url), triggers=True).firing.schedules()
 
     minutely = cron("* * * * *", catchup="all")
     before = schedules([minutely])

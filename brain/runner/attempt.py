@@ -1,0 +1,247 @@
+"""One step of a run, from its decision to its final record: tries, retries, the record.
+
+:meth:`StepRunner.run` is the one place a step's outcome is decided: whatever
+goes wrong inside the orchestrator while preparing, executing or recording a
+step fails that step with the error text, so no run can end with a step left
+``pending`` or ``running``; only a lost lease and cancellation pass through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from brain._clock import utcnow
+from brain._errors import LeaseLost, PlaceholderError, StepFailed
+from brain._secrets import scrub
+from brain.dsl.model import StepSpec
+from brain.executors.base import PreparedStep, StepContext, StepOutput
+from brain.results import StepStatus, clean_text
+from brain.runner.plan import Fail, Plan, Scope, Skip
+from brain.runner.record import Outcome, Recorder
+from brain.runner.texts import describe, internal_error, scrub_deep, stored_text
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from brain.executors import Executor
+    from brain.runner.lease import Lease
+    from brain.runner.values import Values
+    from brain.store.base import RunStore
+
+log = logging.getLogger("brain.runner")
+
+#: A step still running this long after it started is recorded ``running``; one that ends
+#: sooner is written once, finished (its start time and inputs with it).
+MARK_AFTER_SECONDS = 0.05
+
+
+class StepRunner:
+    """Runs the steps of one execution, each to its final status (see the module)."""
+
+    def __init__(self, plan: Plan, values: Values, recorder: Recorder, lease: Lease,
+                 executors: Mapping[str, Executor], ctx: StepContext,
+                 prior_tries: Mapping[str, int]) -> None:
+        self.plan = plan
+        self.values = values
+        self.recorder = recorder
+        self.lease = lease
+        self.executors = executors
+        self.ctx = ctx
+        self.prior_tries = prior_tries
+
+    async def run(self, spec: StepSpec, scope: Scope | None = None) -> Outcome:
+        """Run one step (or one instance of a block's step) to its final status."""
+        marked: list[_RunningMark] = []
+        try:
+            return await self._step(spec, marked, scope)
+        except (asyncio.CancelledError, LeaseLost):
+            raise
+        except Exception as exc:
+            for mark in marked:
+                with contextlib.suppress(Exception):
+                    await mark.settle()
+            message = internal_error(exc)
+            log.error("run %s: step %r failed inside the orchestrator: %s",
+                      self.recorder.run_id, spec.name, message)
+            if log.isEnabledFor(logging.DEBUG):
+                import traceback
+
+                log.debug("the error behind it:\n%s",
+                          scrub("".join(traceback.format_exception(exc))))
+            self.recorder.emit(spec.name, "failed", error=message)
+            return Outcome(spec.name, False, message, recorded=False)
+
+    async def skip(self, names: list[str], reason: str) -> Outcome:
+        """Record steps as skipped, saying why (a success: what depends on their order
+        goes on)."""
+        await self.recorder.ended(names, StepStatus.SKIPPED, reason)
+        self.plan.skip(names)
+        return Outcome(names[0], True)
+
+    async def fail_before_start(self, name: str, message: str, tries: int | None = None) -> Outcome:
+        """A step (or a block, by its first step) fails before any try: ``message`` says why."""
+        tries = self.prior_tries.get(name, 0) if tries is None else tries
+        await self.recorder.finished(name, StepStatus.FAILED, tries=tries, error=message)
+        return Outcome(name, False, message)
+
+    async def _step(self, spec: StepSpec, marked: list[_RunningMark],
+                    scope: Scope | None) -> Outcome:
+        decided = self.plan.decide(spec, scope)
+        if isinstance(decided, Skip):
+            return await self.skip([spec.name], decided.reason)
+        if isinstance(decided, Fail):
+            return await self.fail_before_start(spec.name, decided.reason)
+        executor = self.executors.get(spec.kind)
+        tries = self.prior_tries.get(spec.name, 0)
+        started = utcnow()
+        try:
+            if executor is None:
+                raise StepFailed(f"no executor for {spec.kind!r} steps in this process",
+                                 retryable=False)
+            prepared = executor.prepare(spec, self.values.resolver(scope))
+        except (StepFailed, PlaceholderError) as exc:
+            # The step cannot even start (a missing trigger field, an unset secret, an
+            # invalid argument): that is one failed try, not worth repeating.
+            msg = stored_text(exc.message if isinstance(exc, StepFailed) else describe(exc))
+            return await self.fail_before_start(spec.name, msg or "failed", tries + 1)
+        inputs = scrub_deep(prepared.inputs, prepared.secrets)
+        mark = _RunningMark(self.recorder.store, self.recorder.run_id, spec.name, inputs,
+                            tries + 1, started, self.recorder.owner)
+        marked.append(mark)
+        self.recorder.emit(spec.name, "running", tries + 1)
+        return await self._tries(executor, spec, prepared, _Try(tries, started, inputs, mark))
+
+    async def _tries(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
+                     state: _Try) -> Outcome:
+        """Try, and try again while the failure is worth it and ``retries`` allow."""
+        ctx = replace(self.ctx, on_process=partial(self.lease.process_started, spec.name,
+                                                   state.records))
+        secrets = prepared.secrets
+        t0 = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            state.tries += 1
+            try:
+                result = await attempt_once(executor, spec, prepared, ctx)
+            except asyncio.CancelledError:
+                state.mark.drop()  # the run records this step as cancelled; no late "running"
+                raise
+            finally:
+                self.lease.step_ended(spec.name)
+            ended = utcnow()  # when the work ended, not when its record was written
+            if isinstance(result, StepOutput):
+                output = clean_text(stored_text(result.output, secrets)) or ""
+                await self._finish(spec.name, StepStatus.SUCCEEDED, state, ended, t0,
+                                   output=output, stderr=stored_text(result.stderr, secrets))
+                self.plan.succeeded(spec.name, output)
+                return Outcome(spec.name, True)
+            message = stored_text(result.message, secrets) or "failed"
+            if result.retryable and attempt <= spec.retries:
+                self.recorder.emit(spec.name, "retrying", state.tries, message)
+                delay = spec.retry_delay_seconds * 2 ** (attempt - 1)
+                await asyncio.sleep(max(delay, result.retry_after or 0.0))
+                continue
+            await self._finish(spec.name, StepStatus.FAILED, state, ended, t0, error=message,
+                               stderr=stored_text(result.stderr, secrets))
+            return Outcome(spec.name, False, message)
+
+    async def _finish(self, name: str, status: StepStatus, state: _Try, ended: datetime,
+                      t0: float, **fields: Any) -> None:
+        """The final write of a step that ran: its running mark and process records land
+        first (a record that failed, a lost lease included, raises here)."""
+        await state.mark.settle()
+        for task in state.records:
+            await task
+        state.records.clear()
+        await self.recorder.finished(name, status, tries=state.tries, ended_at=ended,
+                                     seconds=time.perf_counter() - t0, inputs=state.inputs,
+                                     started_at=state.started, **fields)
+
+
+class _Try:
+    """What a step's tries share: how many so far, when it started, its stored inputs, its
+    running mark and the records of the process groups it started."""
+
+    def __init__(self, tries: int, started: datetime, inputs: dict[str, Any],
+                 mark: _RunningMark) -> None:
+        self.tries = tries
+        self.started = started
+        self.inputs = inputs
+        self.mark = mark
+        self.records: list[asyncio.Task[None]] = []
+
+
+async def attempt_once(executor: Executor, spec: StepSpec, prepared: PreparedStep,
+                       ctx: StepContext) -> StepOutput | StepFailed:
+    """One try: the output, or a :class:`StepFailed` saying why and whether to retry."""
+    timeout = asyncio.timeout(spec.timeout_seconds)
+    try:
+        async with timeout:
+            result: StepOutput = await executor.execute(spec, prepared, ctx)
+    except StepFailed as exc:
+        return exc
+    except TimeoutError:
+        if timeout.expired():
+            return StepFailed(f"timed out after {spec.timeout_seconds:g}s",
+                              stderr=prepared.stderr)
+        return StepFailed("TimeoutError raised by the step")
+    except PlaceholderError as exc:
+        return StepFailed(describe(exc), retryable=False)
+    except Exception as exc:
+        return StepFailed(f"{type(exc).__name__}: {describe(exc)}")
+    size = len(result.output.encode("utf-8", errors="replace"))
+    if size > spec.max_output_bytes:
+        return StepFailed(f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
+                          stderr=result.stderr, retryable=False)
+    return result
+
+
+class _RunningMark:
+    """Records a step as ``running`` once it has run for :data:`MARK_AFTER_SECONDS`,
+    without making the step wait for it.
+
+    The write overlaps the step's own work (an HTTP call, a process); the
+    writer's queue keeps it ahead of the final write, and :meth:`settle` lets it
+    land first. A quick step (an LLM answer from a local model, a small
+    function) costs one write instead of two, and nothing competes with its own
+    work while it runs. If the process dies before the mark, the step is still
+    ``pending`` and runs again on resume, as a ``running`` one would.
+    """
+
+    def __init__(self, store: RunStore, run_id: str, name: str, inputs: dict[str, object],
+                 tries: int, started: datetime, owner: str) -> None:
+        self.writing = False
+
+        async def mark() -> None:
+            await asyncio.sleep(MARK_AFTER_SECONDS)
+            self.writing = True
+            await store.step_running(run_id, name, inputs=inputs, tries=tries, started_at=started,
+                                     owner=owner)
+
+        self.task = asyncio.create_task(mark())
+        # A mark whose step was stopped is never awaited: its error (a lost lease, a stalled
+        # database) is the run's business, not an "exception never retrieved" report.
+        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def drop(self) -> None:
+        """Forget the mark unless its write has begun (a begun write lands first: the
+        store's lock is first come, first served)."""
+        if not self.writing:
+            self.task.cancel()
+
+    async def settle(self) -> None:
+        """Before the final write: drop the mark if it was not begun, else let it land first.
+
+        A mark that failed (a lost lease) raises here, on the step's own path.
+        """
+        self.drop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task

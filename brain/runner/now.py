@@ -1,0 +1,118 @@
+"""Running a workflow now, in this process: the run is recorded, executed and returned."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from brain._clock import utcnow
+from brain._owners import new_owner
+from brain.executors import Executor
+from brain.results import FINISHED_RUN, RunResult, RunStatus, TriggerData
+from brain.runner.claimed import execute_claimed, lease_seconds
+from brain.runner.engine import RunExecution
+from brain.runner.events import EventHandler
+from brain.runner.queueing import new_run
+from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
+from brain.store.base import RunStore
+
+#: Stores given unopened to runs of this process, by how many of those runs use each: the
+#: runs open such a store together and the last one to finish closes it.
+_borrowers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def _store_for(store: RunStore | str | None) -> AsyncIterator[RunStore]:
+    """The store a run records into, open while the run needs it.
+
+    A URL (or nothing: ``BRAIN_DATABASE_URL``) gets a store of the run's own. A
+    store the caller opened stays the caller's. A store given unopened is
+    opened by the first run that needs it and closed when the last run using it
+    ends, so concurrent runs can share it.
+    """
+    if store is None or isinstance(store, str):
+        from brain.store import Store
+
+        own = Store(store)
+        await own.open()
+        try:
+            yield own
+        finally:
+            await own.close()
+        return
+    if store.is_open and store not in _borrowers:
+        yield store
+        return
+    _borrowers[store] = _borrowers.get(store, 0) + 1
+    try:
+        await store.open()
+        yield store
+    finally:
+        _borrowers[store] -= 1
+        if not _borrowers[store]:
+            del _borrowers[store]
+            await store.close()
+
+
+async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
+                           store: RunStore | str | None = None, on_event: EventHandler | None = None,
+                           executors: Mapping[str, Executor] | None = None,
+                           previous_outputs: dict[str, str] | None = None) -> RunResult:
+    """Record a new run of ``wf``, execute it in this process, and return its result."""
+    trig = TriggerData.from_input(trigger)
+    remember_known_secrets(wf)  # before the trigger is stored
+    async with _store_for(store) as st:
+        owner = new_owner()
+        run = new_run(wf, trig)  # recorded running at once, not queued
+        run_id = run.run_id
+        lease = lease_seconds()
+        uses_previous = any(s.previous_refs for s in wf.spec.steps)
+        previous = None
+        if uses_previous and previous_outputs is None:
+            previous = await st.latest_succeeded_run(wf.name, utcnow())
+        await st.create_run(run_id=run_id, workflow=run.workflow,
+                            definition_hash=run.definition_hash, trigger=run.trigger,
+                            step_rows=run.step_rows, owner=owner, lease_seconds=lease,
+                            previous_run_id=previous)
+        execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
+                                 lease_seconds=lease, executors=executors, on_event=on_event,
+                                 previous_outputs=previous_outputs)
+        await execution.execute()
+        if execution.stalled:
+            # The database stalled for longer than a lease, so the work stopped. Unless
+            # another executor took the run meanwhile, finish it here: it was accepted.
+            resumed = await _resume_after_stall(wf, st, run_id, owner, lease, on_event=on_event,
+                                                executors=executors)
+            if resumed is not None:
+                return resumed
+        return await st.get_run(run_id)
+
+
+async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str,
+                              lease: float, *,
+                              on_event: EventHandler | None,
+                              executors: Mapping[str, Executor] | None) -> RunResult | None:
+    """Claim the run again once its lease has run out (by the database's records), and
+    execute what did not finish; ``None`` if another executor has it."""
+    ours = {owner}  # every owner id this process has held the run under
+    for _ in range(3 * (int(lease) + 10)):
+        row = await store.run_row(run_id)
+        if row is None or row.status != RunStatus.RUNNING.value:
+            return None
+        if row.lease_expires_at is not None and row.lease_expires_at > utcnow():
+            if row.lease_owner not in ours:
+                return None  # another executor took it: it finishes the run
+            await asyncio.sleep(1)  # ours, not expired yet by the records
+            continue
+        again = new_owner()
+        ours.add(again)
+        if not await store.claim_run(run_id, again, lease_seconds()):
+            continue
+        result = await execute_claimed(wf, store, run_id, again, first_start=False,
+                                       on_event=on_event, executors=executors)
+        if result.status in FINISHED_RUN:
+            return result
+    return None

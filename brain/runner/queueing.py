@@ -1,0 +1,138 @@
+"""Queued runs: the one way a run is built for the queue, and the one way it is queued.
+
+Every enqueue — a webhook, a schedule fire, a file event, the API,
+``Workflow.enqueue`` and a failed run's handlers — builds its run with
+:func:`new_run` and commits it through :func:`enqueue` under the same queue limit.
+A process serving workflows (``brain serve``, ``brain worker``, a host app)
+registers its queue here (:func:`serve_here`), so that ``Workflow.enqueue`` in
+that process reaches its executors at once; nothing below points back up to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from brain._errors import BrainError
+from brain.results import TriggerData
+from brain.runner.workflows import RunnableWorkflow
+from brain.store.base import QueuedRun
+
+
+class QueueStore(Protocol):
+    """The store's side of queueing (``Store`` and ``MemoryStore`` have it)."""
+
+    async def enqueue_run(self, *, run_id: str, workflow: str, definition_hash: str,
+                          trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
+                          trigger_key: str | None = None, delivery_id: str | None = None,
+                          fire_time: datetime | None = None,
+                          max_queued: int | None = None) -> tuple[str | None, bool]:
+        """Commit a queued run; ``(run_id, created)``."""
+        ...
+
+
+def env_int(name: str, default: int) -> int:
+    """A whole number of at least 1 from the environment, ``default`` when unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BrainError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < 1:
+        raise BrainError(f"{name} must be at least 1")
+    return value
+
+
+def queue_limit() -> int:
+    """How many runs may wait in the queue (``BRAIN_MAX_QUEUED_RUNS``, default 1000)."""
+    return env_int("BRAIN_MAX_QUEUED_RUNS", 1000)
+
+
+def new_run(wf: RunnableWorkflow, trigger: TriggerData) -> QueuedRun:
+    """A new run of ``wf`` as it is queued: a fresh id, the definition, a row per step."""
+    return QueuedRun(run_id=uuid.uuid4().hex, workflow=wf.name,
+                     definition_hash=wf.definition_hash, trigger=trigger,
+                     step_rows=[(s.name, s.kind) for s in wf.spec.steps])
+
+
+async def enqueue(store: QueueStore, run: QueuedRun, *, trigger_key: str | None,
+                  max_queued: int, delivery_id: str | None = None,
+                  fire_time: datetime | None = None) -> tuple[str | None, bool]:
+    """Commit ``run`` to the queue; ``(run_id, created)`` (see ``Store.enqueue_run``)."""
+    return await store.enqueue_run(
+        run_id=run.run_id, workflow=run.workflow, definition_hash=run.definition_hash,
+        trigger=run.trigger, step_rows=run.step_rows, trigger_key=trigger_key,
+        delivery_id=delivery_id, fire_time=fire_time, max_queued=max_queued)
+
+
+def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error: str,
+                 step: str | None, step_error: str | None, *,
+                 loaded: Mapping[str, RunnableWorkflow] | None = None) -> list[QueuedRun]:
+    """The runs of ``wf``'s failure handlers (``@workflow(on_failure=[...])``) to queue with
+    its failure: each gets the failed run as a JSON body and ``trigger.event ==
+    "failure"``. A run that itself handles a failure triggers nothing further.
+
+    Each handler is taken as ``loaded`` has it (the workflows a serving process has
+    loaded now: a handler's file may have been reloaded since the failing workflow
+    imported it, and a run queued under its old definition would fail as changed)."""
+    if trigger.event == "failure":
+        return []
+    body = json.dumps({"run_id": run_id, "workflow": wf.name, "error": error,
+                       "failed_step": step, "failed_step_error": step_error},
+                      ensure_ascii=False)
+    handlers: Iterable[RunnableWorkflow] = wf.failure_handlers
+    current = loaded or {}
+    return [new_run(current.get(h.name, h), TriggerData(event="failure", body=body))
+            for h in handlers]
+
+
+class LocalQueue(Protocol):
+    """A queue this process serves (a ``BrainService``): it takes runs of the workflows
+    it has loaded and wakes its executors for them."""
+
+    def serves(self, wf: RunnableWorkflow) -> bool:
+        """Whether runs of ``wf`` (this very definition) go to this queue."""
+        ...
+
+    async def enqueue(self, wf: RunnableWorkflow, trigger: TriggerData, *,
+                      trigger_key: str) -> tuple[str | None, bool]:
+        """Queue a run of ``wf``; ``(run_id, created)``."""
+        ...
+
+
+_serving: list[LocalQueue] = []
+
+
+def serve_here(queue: LocalQueue) -> None:
+    """``queue`` takes the runs this process enqueues for the workflows it serves."""
+    if queue not in _serving:
+        _serving.append(queue)
+
+
+def stop_serving(queue: LocalQueue) -> None:
+    """``queue`` no longer takes this process's runs."""
+    if queue in _serving:
+        _serving.remove(queue)
+
+
+async def enqueue_here_or_there(wf: RunnableWorkflow, trigger: TriggerData, *,
+                                trigger_key: str) -> str:
+    """Queue a run of ``wf`` from this process (``Workflow.enqueue``): to the queue of a
+    service in this process serving it, else into ``BRAIN_DATABASE_URL`` for a serving
+    process to take, under the same queue limit either way."""
+    for queue in list(_serving):
+        if queue.serves(wf):
+            run_id, _ = await queue.enqueue(wf, trigger, trigger_key=trigger_key)
+            return str(run_id)
+    from brain.store import Store
+
+    async with Store() as store:
+        run_id, _ = await enqueue(store, new_run(wf, trigger), trigger_key=trigger_key,
+                                  max_queued=queue_limit())
+    return str(run_id)

@@ -1,0 +1,74 @@
+"""Writing a step's end and telling the event handler about it, as one call."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from brain._clock import utcnow
+from brain.results import StepStatus, base_name
+from brain.runner.events import EventHandler, StepEvent
+
+if TYPE_CHECKING:
+    from brain.store.base import RunStore
+
+
+class Recorder:
+    """The writes of one execution's steps, each followed by its :class:`StepEvent`.
+
+    Every write is conditional on ``owner`` still holding the run's lease (the
+    store raises ``LeaseLost`` otherwise); an event handler that raises is ignored.
+    """
+
+    def __init__(self, store: RunStore, run_id: str, owner: str, kinds: Mapping[str, str],
+                 on_event: EventHandler | None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.owner = owner
+        self.kinds = kinds
+        self.on_event = on_event
+
+    def emit(self, step: str, status: str, tries: int = 0, error: str | None = None,
+             seconds: float | None = None) -> None:
+        """Tell the event handler that ``step`` (or an instance of it) is now ``status``."""
+        if self.on_event is None:
+            return
+        event = StepEvent(self.run_id, step, self.kinds[base_name(step)], status, tries, error,
+                          seconds)
+        with contextlib.suppress(Exception):
+            self.on_event(event)
+
+    def emit_all(self, names: Iterable[str], status: str) -> None:
+        """:meth:`emit` for each of ``names``."""
+        for name in names:
+            self.emit(name, status)
+
+    async def finished(self, name: str, status: StepStatus, *, tries: int,
+                       ended_at: datetime | None = None, seconds: float | None = None,
+                       **fields: Any) -> None:
+        """Write the final record of one step (``fields``: ``output``, ``error``,
+        ``inputs``, ``started_at``, ``stderr``), then emit it."""
+        await self.store.step_finished(self.run_id, name, status=status, tries=tries,
+                                       ended_at=ended_at or utcnow(), owner=self.owner, **fields)
+        self.emit(name, str(status), tries, fields.get("error"), seconds)
+
+    async def ended(self, names: list[str], status: StepStatus, error: str | None = None, *,
+                    emit: bool = True) -> None:
+        """End several steps in one status (``error``: why), then emit each."""
+        await self.store.steps_ended(self.run_id, names, status, error=error, owner=self.owner)
+        if emit:
+            self.emit_all(names, str(status))
+
+
+@dataclass
+class Outcome:
+    """How a step (or a block, named after its first step) ended in this execution."""
+
+    name: str
+    ok: bool
+    error: str | None = None
+    #: False when the failure could not be written with the step (it is written at the end).
+    recorded: bool = True

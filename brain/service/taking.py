@@ -1,0 +1,227 @@
+"""Taking runs and executing them: N takers sharing one concurrency limit, the scan for
+runs whose executor died, and this process's heartbeat row (``brain workers``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from brain.results import FINISHED_RUN
+
+if TYPE_CHECKING:
+    from brain.metrics import Metrics
+    from brain.runner.events import StepEvent
+    from brain.store import Store
+    from brain.workflow import Workflow
+
+log = logging.getLogger("brain.service")
+#: One line per run start and end and per step failure (SPEC §14), with the run's fields as
+#: record attributes (``run_id``, ``workflow``, ``step``, ``status``) for the JSON format.
+run_log = logging.getLogger("brain.runs")
+IDLE_POLL_SECONDS = 1.0
+EXPIRED_SCAN_SECONDS = 5.0
+#: How often a serving process writes its heartbeat row (``brain workers``).
+WORKER_BEAT_SECONDS = 5.0
+
+
+class RunTaker:
+    """Takes queued runs (and runs whose executor died) and executes them, ``concurrency``
+    at a time, with the workflows ``workflows()`` returns (as loaded now)."""
+
+    def __init__(self, store: Store, owner: str, workflows: Callable[[], Mapping[str, Workflow]],
+                 *, concurrency: int, metrics: Metrics, kind: str, started_at: datetime,
+                 tasks: list[asyncio.Task[Any]]) -> None:
+        self.store = store
+        self.owner = owner
+        self.workflows = workflows
+        self.concurrency = concurrency
+        self.metrics = metrics
+        self.kind = kind
+        self.started_at = started_at
+        self.tasks = tasks
+        self.wake = asyncio.Event()
+        self.stopping = False
+        #: The runs executing now, by id, with the task executing each.
+        self.running: dict[str, asyncio.Task[Any]] = {}
+        # Runs whose executor died (lease expired), found by the resume scan and taken by
+        # the same takers as queued runs: one concurrency limit for both.
+        self.resumable: list[str] = []
+        self._claim_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Resume at once what dead processes of this machine left, then start the takers,
+        the resume scan and the heartbeat."""
+        from brain._owners import local_owner_gone
+
+        for run_id, owner in await self.store.running_leases():
+            if owner != self.owner and local_owner_gone(owner):
+                await self.store.expire_lease(run_id, owner)
+        for i in range(self.concurrency):
+            self.tasks.append(asyncio.create_task(self._taker(), name=f"brain-taker-{i}"))
+        self.tasks.append(asyncio.create_task(self._resume_loop(), name="brain-resume"))
+        self.tasks.append(asyncio.create_task(self._heartbeat_loop(), name="brain-heartbeat"))
+
+    def is_stopping(self) -> bool:
+        """Whether the service is stopping (a run cut off now is left to be resumed)."""
+        return self.stopping
+
+    async def wait_running(self, grace_seconds: float, hurry: asyncio.Event) -> list[str]:
+        """Stop taking runs; wait up to ``grace_seconds`` (or until ``hurry``) for the
+        running ones to end; return the ids of those still running."""
+        self.stopping = True
+        self.wake.set()
+        running = list(self.running.values())
+        if running and grace_seconds > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace_seconds
+            hurried: asyncio.Future[Any] = asyncio.ensure_future(hurry.wait())
+            waiting: set[asyncio.Future[Any]] = set(running)
+            while waiting and not hurried.done() and loop.time() < deadline:
+                _, waiting = await asyncio.wait(waiting | {hurried}, timeout=deadline - loop.time(),
+                                                return_when=asyncio.FIRST_COMPLETED)
+                waiting.discard(hurried)
+            hurried.cancel()
+        return list(self.running)
+
+    def _eligible(self, active: Mapping[str, int]) -> list[str]:
+        names = []
+        for name, wf in self.workflows().items():
+            limit = wf.spec.max_concurrent_runs
+            if limit is None or active.get(name, 0) < limit:
+                names.append(name)
+        return names
+
+    async def _take(self) -> tuple[str, bool] | None:
+        """The next run to execute, claimed: ``(run id, first start)``, or ``None``.
+
+        Runs whose executor died come first; then the oldest queued run of a
+        workflow under its ``max_concurrent_runs``.
+        """
+        from brain.runner import lease_seconds
+
+        while self.resumable:
+            run_id = self.resumable.pop(0)
+            if run_id in self.running:
+                continue
+            row = await self.store.run_row(run_id)
+            if row is None or row.workflow not in self.workflows():
+                continue
+            if await self.store.claim_run(run_id, self.owner, lease_seconds()):
+                log.info("resuming run %s of %s (its executor stopped)", run_id, row.workflow)
+                return run_id, row.started_at is None
+        # Counting and claiming together, so two takers of this process cannot both see
+        # room under max_concurrent_runs and both take a run.
+        async with self._claim_lock:
+            workflows = self.workflows()
+            limited = [n for n, wf in workflows.items() if wf.spec.max_concurrent_runs]
+            active = {n: await self.store.count_active(workflow=n, status="running")
+                      for n in limited}
+            queued = await self.store.claim_next(self._eligible(active), self.owner,
+                                                 lease_seconds())
+        return None if queued is None else (queued, True)
+
+    async def _taker(self) -> None:
+        """Take a run, execute it, repeat; a store error is logged and retried."""
+        while not self.stopping:
+            try:
+                taken = await self._take()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cannot take a run to execute; retrying")
+                taken = None
+                await asyncio.sleep(IDLE_POLL_SECONDS)
+            if taken is None:
+                self.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)
+                continue
+            run_id, first_start = taken
+            task = asyncio.current_task()
+            assert task is not None
+            self.running[run_id] = task
+            self.metrics.executing.inc()
+            try:
+                await self._execute(run_id, first_start)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("run %s stopped by an internal error", run_id)
+            finally:
+                self.metrics.executing.dec()
+                self.running.pop(run_id, None)
+
+    async def _execute(self, run_id: str, first_start: bool) -> None:
+        """Execute one claimed run with its workflow as loaded now, logging its start and end."""
+        from brain.runner import execute_claimed
+
+        row = await self.store.run_row(run_id)
+        workflows = self.workflows()
+        wf = workflows.get(row.workflow) if row else None
+        if wf is None:
+            return
+        fields = {"run_id": run_id, "workflow": wf.name}
+        if first_start:
+            self.metrics.runs_started.labels(wf.name).inc()
+        run_log.info("run %s of %s %s", run_id, wf.name, "started" if first_start else "resumed",
+                     extra=fields)
+        t0 = time.monotonic()
+        result = await execute_claimed(
+            wf, self.store, run_id, self.owner, first_start=first_start,
+            abandon_on_cancel=self.is_stopping, loaded=workflows,
+            on_event=functools.partial(self._observe_step, fields=fields))
+        if result.status in FINISHED_RUN:
+            self.metrics.runs_ended.labels(wf.name, str(result.status)).inc()
+            ended = "run %s of %s %s in %.2fs"
+            args: tuple[object, ...] = (run_id, wf.name, result.status, time.monotonic() - t0)
+            if result.error:
+                ended, args = ended + ": %s", (*args, result.error)
+            run_log.log(logging.INFO if result.succeeded else logging.WARNING, ended, *args,
+                        extra={**fields, "status": str(result.status)})
+
+    def _observe_step(self, event: StepEvent, fields: dict[str, str]) -> None:
+        if event.status in ("succeeded", "failed") and event.seconds is not None:
+            self.metrics.step_seconds.labels(event.kind, event.status).observe(event.seconds)
+        if event.status in ("failed", "retrying"):
+            then = ", retrying" if event.status == "retrying" else ""
+            run_log.warning("run %s of %s: step %r failed (try %d%s): %s", event.run_id,
+                            fields["workflow"], event.step, event.tries, then, event.error,
+                            extra={**fields, "step": event.step})
+
+    async def _heartbeat_loop(self) -> None:
+        """Tell the database this process is alive, every few seconds (``brain workers``)."""
+        while not self.stopping:
+            try:
+                await self.store.worker_heartbeat(
+                    self.owner, host=socket.gethostname(), pid=os.getpid(), kind=self.kind,
+                    started_at=self.started_at, executing=len(self.running))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a busy database: the next beat will do
+                log.debug("worker heartbeat not written: %s", exc)
+            await asyncio.sleep(WORKER_BEAT_SECONDS)
+
+    async def _resume_loop(self) -> None:
+        """Find runs whose executor died (lease expired), now and every few seconds, and
+        hand them to the takers. A run this process executes is never among them."""
+        while not self.stopping:
+            try:
+                expired = await self.store.expired_runs()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cannot look for abandoned runs; retrying")
+                expired = []
+            fresh = [r for r in expired if r not in self.running and r not in self.resumable]
+            if fresh:
+                self.resumable.extend(fresh)
+                self.wake.set()
+            await asyncio.sleep(EXPIRED_SCAN_SECONDS)
