@@ -40,3 +40,50 @@ def test_brain_worker_never_imports_litestar(tmp_path: Path, brain_cmd: list[str
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+#: Imports that break the layers, one per hole the hand-listed contracts used to leave open:
+#: (file to add it to, the module it imports).
+FORBIDDEN = [
+    ("brain/store/__init__.py", "brain.triggers.schedule"),
+    ("brain/triggers/schedule.py", "brain.store"),
+    ("brain/executors/shell.py", "brain.triggers.watch"),
+    ("brain/_clock.py", "brain.crontab"),
+    ("brain/placeholders.py", "brain.shell_check"),
+    ("brain/results.py", "brain.metrics"),
+    ("brain/store/base.py", "brain.runner"),
+    ("brain/runner/engine.py", "brain.workflow"),
+    ("brain/dsl/model.py", "brain.executors"),
+]
+
+
+def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    lint = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run([str(lint), "--no-cache"], cwd=tree, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(tree)), timeout=300)
+
+
+def test_the_layers_contract_fails_on_each_forbidden_import(tmp_path: Path) -> None:
+    """A copy of the tree passes the contracts as it is, and fails once each import above is
+    added, naming every one of them."""
+    import shutil
+
+    repo = Path(__file__).resolve().parent.parent
+    tree = tmp_path / "tree"
+    shutil.copytree(repo / "brain", tree / "brain",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(repo / "pyproject.toml", tree / "pyproject.toml")
+    clean = _lint_imports(tree)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+    for file, module in FORBIDDEN:
+        path = tree / file
+        path.write_text(path.read_text() + f"\nimport {module}  # forbidden\n")
+    broken = _lint_imports(tree)
+    assert broken.returncode != 0, broken.stdout
+    assert "the layers of brain" in broken.stdout and "BROKEN" in broken.stdout
+    for file, module in FORBIDDEN:
+        importer = file.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        assert f"{importer} -> {module}" in broken.stdout, (importer, module, broken.stdout)
