@@ -160,6 +160,25 @@ def test_deep_json_on_cancel_is_400(server: BrainServer) -> None:
     json_error(post_json(server, b"[" * 100_000, "/api/runs/nope/cancel"), 400)
 
 
+@pytest.mark.parametrize(("body", "words"), [
+    (b'{"wait": "true"}', "wait must be true or false"),  # JSON true, not text that says it
+    (b'{"wait": 1}', "wait must be true or false"),
+    (b"null", "must be a JSON object"),
+    (b'{"body": "x", "extra": 1}', "unknown fields ['extra']: use body and wait"),
+])
+def test_start_run_reads_its_fields_strictly(server: BrainServer, body: bytes, words: str) -> None:
+    before = runs_of(server, "echo")
+    assert words in json_error(post_json(server, body), 400)
+    assert runs_of(server, "echo") == before
+
+
+def test_cancel_and_retry_take_any_well_formed_body(server: BrainServer) -> None:
+    """They define no fields: a well-formed body is ignored (the run is looked up: 404)."""
+    for action in ("cancel", "retry"):
+        for body in (b'{"reason": "x"}', b"[1, 2]", b"null", b"  "):
+            json_error(post_json(server, body, f"/api/runs/0123abcd/{action}"), 404)
+
+
 def test_malformed_ipv6_host_is_400(server: BrainServer) -> None:
     """A raw request (clients refuse to send such a Host) for the API and the page."""
     for target in ("/api/workflows", "/"):

@@ -1,0 +1,101 @@
+"""What the HTTP handlers may do with The Brain: one narrow door onto a ``BrainService``.
+
+Handlers receive a :class:`ServiceAccess` by Litestar dependency injection
+(:func:`provide_access`), never the app state or the store. Where the service has no
+method for a read the API needs, the store call is made here, in one named method
+(:meth:`ServiceAccess.runs`, :meth:`~ServiceAccess.run`, :meth:`~ServiceAccess.cancel`,
+:meth:`~ServiceAccess.workers`, :meth:`~ServiceAccess.metrics_text`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from litestar.datastructures import State
+
+from brain import runner
+from brain.results import RunResult, TriggerData
+from brain.server.events import ChangeWatcher
+
+if TYPE_CHECKING:
+    from brain.service import BrainService, Hook
+    from brain.workflow import Workflow
+
+
+class ServiceAccess:
+    """The operations of the HTTP API on one :class:`BrainService`.
+
+    Errors are The Brain's own (``RunNotFound``, ``RunConflict``, ``QueueFull``); the
+    routes turn them into HTTP answers.
+    """
+
+    def __init__(self, service: BrainService) -> None:
+        self._service = service
+
+    @property
+    def workflows(self) -> Mapping[str, Workflow]:
+        """The loaded workflows by name."""
+        return self._service.workflows
+
+    def hook(self, path: str) -> Hook | None:
+        """The webhook listening on ``/hooks/{path}``, if any."""
+        return self._service.hooks.get(path)
+
+    def count_delivery(self, workflow: str, outcome: str) -> None:
+        """Count a webhook delivery (``accepted``, ``duplicate``, ``refused``, ...)."""
+        self._service.metrics.deliveries.labels(workflow, outcome).inc()
+
+    async def enqueue(self, wf: Workflow, trigger: TriggerData, *, trigger_key: str,
+                      delivery_id: str | None = None) -> tuple[str, bool]:
+        """Commit a queued run: ``(run_id, created)``; ``QueueFull`` when the queue is full."""
+        run_id, created = await self._service.enqueue(wf, trigger, trigger_key=trigger_key,
+                                                      delivery_id=delivery_id)
+        assert run_id is not None  # only a schedule's skipped fire has none
+        return run_id, created
+
+    async def wait_for(self, run_id: str, seconds: float) -> RunResult | None:
+        """The run once it ended, or ``None`` after ``seconds``."""
+        return await self._service.wait_for(run_id, seconds)
+
+    async def retry(self, run_id: str) -> tuple[str, str]:
+        """Queue a retry: the new run's id and the original's full id."""
+        return await self._service.retry(run_id)
+
+    # --- reads and writes the service has no method for: the store, here only ----------------
+
+    async def runs(self, *, workflow: str | None, status: str | None, limit: int) -> list[RunResult]:
+        """Recent runs, newest first, without their steps (a store read)."""
+        return await self._service.store.list_runs(workflow=workflow, status=status, limit=limit)
+
+    async def run(self, run_id: str) -> RunResult:
+        """One run with its steps, by id or unique prefix (a store read)."""
+        return await self._service.store.get_run(run_id)
+
+    async def cancel(self, run_id: str) -> tuple[RunResult, bool]:
+        """Ask a run to stop (``brain.runner.cancel_run`` on the store): the run, and whether
+        it was still active."""
+        return await runner.cancel_run(self._service.store, run_id)
+
+    async def workers(self) -> list[dict[str, Any]]:
+        """The executor processes sharing the database, as :func:`describe_workers` rows."""
+        from brain.runner import lease_seconds
+        from brain.workers import describe_workers
+
+        return describe_workers(await self._service.store.list_workers(), lease_seconds())
+
+    async def metrics_text(self) -> bytes:
+        """The Prometheus exposition, with the queue depth read from the store."""
+        return await self._service.metrics.exposition(self._service.store.count_queued)
+
+
+def provide_access(state: State) -> ServiceAccess:
+    """Dependency: the :class:`ServiceAccess` of the app's service (put in app state by
+    :class:`~brain.server.BrainPlugin`)."""
+    return ServiceAccess(state["brain"])
+
+
+def provide_changes(state: State) -> ChangeWatcher:
+    """Dependency: the app's :class:`~brain.server.events.ChangeWatcher` (for ``/api/events``)."""
+    watcher: ChangeWatcher = state["brain_watcher"]
+    return watcher
