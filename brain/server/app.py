@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from litestar import Litestar, Request, Response
 from litestar.config.app import AppConfig
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.plugins import InitPluginProtocol
 from litestar.router import Router
@@ -185,8 +186,11 @@ def create_app(workflows_or_paths: Iterable[Workflow | str | os.PathLike[str]] |
     return Litestar(
         route_handlers=[assets], plugins=[plugin], debug=False, logging_config=None,
         exception_handlers={500: internal_error},
-        openapi_config=OpenAPIConfig(title="The Brain", version=__version__, path="/schema",
-                                     render_plugins=[swagger]),
+        openapi_config=OpenAPIConfig(
+            title="The Brain", version=__version__, path="/schema", render_plugins=[swagger],
+            components=Components(security_schemes={"BearerToken": SecurityScheme(
+                type="http", scheme="bearer",
+                description="BRAIN_API_TOKEN (or the console's session cookie)")})),
     )
 
 

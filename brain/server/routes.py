@@ -259,6 +259,7 @@ async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependenc
 #: ``/api``: the access guard, the injected service and change watcher, JSON read by the
 #: API's rules, and The Brain's errors answered as JSON.
 API = Router(path="/api", guards=[require_api_access], request_class=JsonApiRequest,
+             security=[{"BearerToken": []}],
              dependencies={**_BRAIN, "changes": Provide(provide_changes, sync_to_thread=False)},
              exception_handlers=DOMAIN_ERRORS,
              route_handlers=[list_workflows, get_workflow, start_run, list_runs, get_run,
