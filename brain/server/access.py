@@ -64,9 +64,11 @@ class ServiceAccess:
 
     # --- reads and writes the service has no method for: the store, here only ----------------
 
-    async def runs(self, *, workflow: str | None, status: str | None, limit: int) -> list[RunResult]:
+    async def runs(self, *, workflow: str | None, status: str | None, limit: int,
+                   event: str | None = None, offset: int = 0) -> list[RunResult]:
         """Recent runs, newest first, without their steps (a store read)."""
-        return await self._service.store.list_runs(workflow=workflow, status=status, limit=limit)
+        return await self._service.store.list_runs(workflow=workflow, status=status, limit=limit,
+                                                   event=event, offset=offset)
 
     async def run(self, run_id: str) -> RunResult:
         """One run with its steps, by id or unique prefix (a store read)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
@@ -46,14 +45,7 @@ from brain.server.bodies import (
 )
 from brain.server.events import ChangeWatcher, stream
 from brain.server.json_input import JsonApiRequest, json_only
-from brain.service import BrainService
 from brain.store.queue import QueueFull
-
-
-def service_of(connection: ASGIConnection[Any, Any, Any, Any]) -> BrainService:
-    """The app's :class:`BrainService` (put in app state by the plugin); for the console."""
-    service: BrainService = connection.app.state["brain"]
-    return service
 
 
 def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -266,9 +258,3 @@ API = Router(path="/api", guards=[require_api_access], request_class=JsonApiRequ
                              cancel_run, retry_run, events, list_workers])
 
 ROUTES: list[ControllerRouterHandler] = [health, API, metrics, receive_webhook]
-
-
-def _workflow_summary(wf: Any, service: BrainService) -> dict[str, Any]:
-    """A workflow's summary as plain data, as the console's workflows page reads it."""
-    summary: dict[str, Any] = msgspec.to_builtins(workflow_summary(wf, utcnow()))
-    return summary

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotAuthorizedException, NotFoundException
 from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect
@@ -26,7 +28,9 @@ from brain._clock import utcnow
 from brain._errors import RunNotFound
 from brain.results import FINISHED_RUN, RunResult, base_name
 from brain.server import security
-from brain.server.routes import require_api_access, service_of
+from brain.server.access import ServiceAccess, provide_access
+from brain.server.bodies import workflow_summary
+from brain.server.routes import require_api_access
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -72,8 +76,11 @@ def _seconds(run: RunResult, name: str) -> float | None:
     return None
 
 
-@get("/", include_in_schema=False)
-async def workflows_page(request: Request[Any, Any, Any],
+_BRAIN = {"brain": Provide(provide_access, sync_to_thread=False)}
+
+
+@get("/", include_in_schema=False, dependencies=_BRAIN)
+async def workflows_page(request: Request[Any, Any, Any], brain: NamedDependency[ServiceAccess],
                          token: FromQuery[str | None] = None) -> Response[str]:
     """Every workflow: description, triggers and their next fires, the last run, Run now."""
     if token:
@@ -81,22 +88,19 @@ async def workflows_page(request: Request[Any, Any, Any],
     denied = _allowed(request)
     if denied is not None:
         return denied
-    from brain.server.routes import _workflow_summary
-
-    service = service_of(request)
     rows = []
-    for wf in service.workflows.values():
-        last = await service.store.list_runs(workflow=wf.name, limit=1)
-        rows.append({"summary": _workflow_summary(wf, service), "last": last[0] if last else None})
-    from brain.runner import lease_seconds
-    from brain.workers import describe_workers
-
-    workers = describe_workers(await service.store.list_workers(), lease_seconds())
+    now = utcnow()
+    for wf in brain.workflows.values():
+        last = await brain.runs(workflow=wf.name, status=None, limit=1)
+        rows.append({"summary": msgspec.to_builtins(workflow_summary(wf, now)),
+                     "last": last[0] if last else None})
+    workers = await brain.workers()
     return _render("workflows.html", workflows=rows, nav="workflows", workers=workers)
 
 
-@get("/runs", include_in_schema=False)
-async def runs_page(request: Request[Any, Any, Any], workflow: FromQuery[str | None] = None,
+@get("/runs", include_in_schema=False, dependencies=_BRAIN)
+async def runs_page(request: Request[Any, Any, Any], brain: NamedDependency[ServiceAccess],
+                    workflow: FromQuery[str | None] = None,
                     status: FromQuery[str | None] = None, event: FromQuery[str | None] = None,
                     page: FromQuery[int] = 1) -> Response[str]:
     """Runs, newest first, filtered and in pages; live while runs are active."""
@@ -104,28 +108,26 @@ async def runs_page(request: Request[Any, Any, Any], workflow: FromQuery[str | N
     if denied is not None:
         return denied
     page = max(1, min(page, 10_000))
-    service = service_of(request)
-    runs = await service.store.list_runs(workflow=workflow or None, status=status or None,
-                                         event=event or None, limit=PAGE_SIZE + 1,
-                                         offset=(page - 1) * PAGE_SIZE)
+    runs = await brain.runs(workflow=workflow or None, status=status or None, event=event or None,
+                            limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
     filters = {k: v for k, v in (("workflow", workflow), ("status", status), ("event", event)) if v}
     return _render("runs.html", runs=runs[:PAGE_SIZE], page=page, more=len(runs) > PAGE_SIZE,
                    filters=filters, query=lambda **extra: urlencode({**filters, **extra}),
-                   workflows=sorted(service.workflows), nav="runs")
+                   workflows=sorted(brain.workflows), nav="runs")
 
 
-@get("/runs/{run_id:str}", include_in_schema=False)
-async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[str]:
+@get("/runs/{run_id:str}", include_in_schema=False, dependencies=_BRAIN)
+async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[ServiceAccess],
+                   run_id: FromPath[str]) -> Response[str]:
     """One run: its graph, a timeline, and every step's inputs, output, error and stderr."""
     denied = _allowed(request)
     if denied is not None:
         return denied
-    service = service_of(request)
     try:
-        run = await service.store.get_run(run_id)
+        run = await brain.run(run_id)
     except RunNotFound as exc:
         raise NotFoundException(detail=str(exc)) from None
-    wf = service.workflows.get(run.workflow)
+    wf = brain.workflows.get(run.workflow)
     graph_svg = ""
     if wf is not None:
         from brain.server.console.graph import svg
