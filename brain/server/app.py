@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from litestar import Litestar, Request, Response
 from litestar.config.app import AppConfig
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.spec import Components, SecurityScheme
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
 from litestar.plugins import InitPluginProtocol
 from litestar.router import Router
 
