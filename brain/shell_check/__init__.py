@@ -32,23 +32,17 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from brain import placeholders
 from brain._errors import PlaceholderError
 from brain.placeholders import Quoting
-from brain.shell_check.arguments import _Arguments
+from brain.shell_check.marker import _Marker
 from brain.shell_check.syntax import (
     _ADVICE,
-    _EXPRESSIONS,
-    _field,
     _first_error,
-    _flatten_test,
     _join_continuations,
-    _owner_command,
     _parser,
     _Refused,
-    _text,
 )
 from brain.shell_check.template import (
     _HEREDOC_OPERATOR,
@@ -56,9 +50,6 @@ from brain.shell_check.template import (
     _global_problem,
     _odd_blank,
 )
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from tree_sitter import Node
 
 _QUOTE_ADVICE = "write it bare or inside plain \"…\" or '…' quotes: its value is escaped for you"
 
@@ -140,30 +131,30 @@ class _Problem(Exception):
     """Internal: the command cannot be accepted (the message says why)."""
 
 
-def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quoting, ...]:
+def _with_markers(command: str, parts: tuple[placeholders.Part, ...]
+                  ) -> tuple[str, str, list[placeholders.Ref]]:
+    """The command with a unique marker where each placeholder stands: ``(prefix, marked
+    text, refs)``; :class:`_Problem` for what no marker can be judged in (odd blanks,
+    continuations the shells do not join, here-documents with continuations)."""
     prefix = "_brainph"
     joined_command = _join_continuations(command)
     while prefix in command or prefix in joined_command:
         prefix += "x"
     pieces: list[str] = []
-    spans: list[tuple[placeholders.Ref, int, int]] = []
-    size = 0
+    refs: list[placeholders.Ref] = []
     for part in parts:
         if isinstance(part, placeholders.Ref):
-            marker = f"{prefix}{len(spans)}_"
-            spans.append((part, size, size + len(marker)))
-            text = marker
+            pieces.append(f"{prefix}{len(refs)}_")
+            refs.append(part)
         else:
-            text = part
-        pieces.append(text)
-        size += len(text.encode())
+            pieces.append(part)
     marked = "".join(pieces)
-    first = spans[0][0].text
+    first = refs[0].text
     blank = _odd_blank(marked)
     if blank:
-        raise _Problem(f"the command has placeholders (first {first}) and {blank}, which the shells and "
-                f"the check could read differently; use plain spaces and newlines, or pass the "
-                f"values through env= or stdin=")
+        raise _Problem(f"the command has placeholders (first {first}) and {blank}, which the "
+                       f"shells and the check could read differently; use plain spaces and "
+                       f"newlines, or pass the values through env= or stdin=")
     unjoinable = _continuation_not_joined(marked)
     if unjoinable:
         raise _Problem(f"the command has placeholders (first {first}) and a backslash at the end "
@@ -176,16 +167,23 @@ def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quotin
                        f"backslash at the end of a line, and the shells disagree on where such "
                        f"a here-document ends; remove the backslash, or pass the text through "
                        f"stdin=")
+    return prefix, marked, refs
+
+
+def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quoting, ...]:
+    """How each placeholder is written in (bare, in "…" or in '…'), or :class:`_Problem`."""
+    prefix, marked, refs = _with_markers(command, parts)
+    first = refs[0].text
     # The shells join a backslash-newline before anything else: judge the joined text, so
     # what the joining glues together is judged together.
     marked = _join_continuations(marked)
     source = marked.encode()
-    markers = [f"{prefix}{i}_".encode() for i in range(len(spans))]
+    markers = [f"{prefix}{i}_".encode() for i in range(len(refs))]
     if any(source.count(m) != 1 for m in markers):
         raise _Problem(f"placeholder {first} cannot be checked: the command's text reads like "
                        f"the check's own markers; {_ADVICE}")
     spans = [(ref, source.find(m), source.find(m) + len(m))
-             for (ref, _, _), m in zip(spans, markers, strict=True)]
+             for ref, m in zip(refs, markers, strict=True)]
     tree = _parser().parse(source)
     root = tree.root_node
     if root.has_error:
@@ -215,297 +213,3 @@ def _quoting(command: str, parts: tuple[placeholders.Part, ...]) -> tuple[Quotin
     if problem:
         raise _Problem(f"placeholder {first} cannot be checked: {problem}; {_ADVICE}")
     return tuple(quoting)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-_HEREDOC = {"heredoc_body", "heredoc_content", "heredoc_redirect", "heredoc_start", "heredoc_end"}
-_HEREDOC_REFUSAL = ("inside a here-document, where quotes are not removed and $(…) still runs",
-                    "write it bare in the command or pass the text with stdin=")
-_NAME_REFUSAL = ("the command name itself, so the value would choose the program to run",
-                 "write the program literally and pass the value as an argument, or use argv=")
-_BACKTICK_REFUSAL = ("inside backticks `…`, where backslashes and quotes are processed again",
-                     "write it bare inside $(…) instead of backticks")
-_SPLIT_REFUSAL = ("inside an unquoted $(…) standing as an argument, whose output the shell "
-                  "splits into words")
-
-
-def _what(kind: str) -> str:
-    return f"in a place the check does not allow ({kind.replace('_', ' ')})"
-
-
-class _Marker(_Arguments):
-    """One marker: walks up the syntax tree from it and refuses what is not plain data."""
-
-    def __init__(self, source: bytes, prefix: str, start: int, end: int) -> None:
-        self.source = source
-        self.prefix = prefix
-        self.start = start
-        self.end = end
-        #: How the value is written in: ``bare`` (shell-quoted), ``double`` or ``single``.
-        self.quoting: Quoting = "bare"
-        self.in_expansion = False
-        #: The output of a $(…) holding the marker is unquoted so far (split into words).
-        self.split = False
-        #: The template's functions, by name (see :meth:`check_template_readers`).
-        self.functions: dict[str, Node] = {}
-
-    def check(self, root: Node) -> None:
-        """Raise :class:`_Refused` unless the marker stands as plain data."""
-        if self.start > 0 and self.source[self.start - 1] == ord("\\"):
-            raise _Refused("right after a backslash (\\), which would make the value's opening "
-                           "quote a literal character")
-        if self.end < len(self.source) and self.source[self.end] in b"<>":
-            raise _Refused("directly before a redirection (< or >), where a digit value would "
-                           "become a file descriptor; add a space")
-        node = root.descendant_for_byte_range(self.start, self.end)
-        if node is None:  # pragma: no cover - the marker is always inside the tree
-            raise _Refused("somewhere the shell parser cannot place")
-        self.climb_value(node, None, output=False)
-
-    # --- where the value (or a $(…) output holding it) lands -------------------------------
-
-    def climb_value(self, node: Node | None, child: Node | None, *, output: bool) -> None:
-        """Walk up from the word holding the marker; ``output`` once past a ``$(…)``."""
-        while node is not None:
-            kind = node.type
-            if kind in ("word", "concatenation", "number", "regex", "extglob_pattern",
-                        "string_content", "variable_name"):
-                pass
-            elif kind == "string" and node.prev_sibling is not None and \
-                    node.prev_sibling.type == "$" and node.prev_sibling.end_byte == node.start_byte:
-                raise _Refused('inside $"…" quotes, which bash translates and dash does not have',
-                               _QUOTE_ADVICE)
-            elif kind in ("string", "raw_string"):
-                # Inside "…" the value is escaped for double quotes, inside '…' for single
-                # ones; the quotes nearest the marker (not those around a $(…) holding it)
-                # decide. Inside ${…} the shells treat quotes differently: refused there.
-                if output:
-                    self.split = False
-                elif self.in_expansion:
-                    raise _Refused("inside quotes within ${…}, which the shells read "
-                                   "differently", "write it bare: ${VAR:-{x}}")
-                elif self.quoting == "bare":
-                    self.quoting = "double" if kind == "string" else "single"
-            elif kind == "ansi_c_string":
-                raise _Refused("inside $'…' quotes", _QUOTE_ADVICE)
-            elif kind == "translated_string":
-                raise _Refused('inside $"…" quotes', _QUOTE_ADVICE)
-            elif kind == "comment":
-                raise _Refused("in a comment, where a newline in the value would end the "
-                               "comment")
-            elif kind in _HEREDOC:
-                raise _Refused(*_HEREDOC_REFUSAL)
-            elif kind == "simple_expansion" and child is not None and \
-                    child.type == "variable_name" and child.start_byte < self.start and \
-                    not output and node.parent is not None and node.parent.type != "string":
-                pass  # `$v{x}`: the marker lengthens the name, the quoted value does not
-            elif kind in ("simple_expansion", "special_variable_name"):
-                raise _Refused("glued to a variable name ($NAME{x} reads one longer name); "
-                               "write ${NAME}{x}")
-            elif kind == "expansion":
-                self.check_expansion(node, child)
-                if not output:
-                    if self.quoting != "bare":
-                        raise _Refused("inside quotes within ${…}, which the shells read "
-                                       "differently", "write it bare: ${VAR:-{x}}")
-                    self.in_expansion = True
-            elif kind in ("command_substitution", "process_substitution"):
-                if _text(node).startswith("`"):
-                    raise _Refused(*_BACKTICK_REFUSAL)
-                raise _Refused(_what(kind))
-            elif kind == "command_name":
-                raise _Refused(*_NAME_REFUSAL)
-            elif kind == "command":
-                if child is None or child.type == "command_name":
-                    raise _Refused(*_NAME_REFUSAL)
-                if self.split:
-                    raise _Refused(_SPLIT_REFUSAL, 'write it in double quotes: "$(…)"')
-                if child.type == "variable_assignment":
-                    raise _Refused("in an assignment (NAME={x} cmd), whose variable may be "
-                                   "evaluated as arithmetic or as a name")
-                self.check_command(node)
-                self.climb_statement(node)
-                return
-            elif kind == "herestring_redirect":
-                self.check_input_of(_owner_command(node), "in a here-string")
-                self.climb_statement(node)
-                return
-            elif kind == "file_redirect":
-                dests = [c for i, c in enumerate(node.children)
-                         if node.field_name_for_child(i) == "destination"]
-                if child is None or not dests:
-                    raise _Refused(_what(kind))
-                if dests[0].id == child.id:
-                    if any(c.type in ("<&", ">&", ">&-", "<&-") for c in node.children):
-                        raise _Refused("the target of >& or <&, which bash expands a second "
-                                       "time when it is not a descriptor number",
-                                       "write > {x} (or &> {x}) to send output to a file")
-                    if any(c.type in ("<", "<>") for c in node.children):
-                        self.check_input_of(_owner_command(node), "the name of a file")
-                    self.climb_statement(node)
-                    return
-                # tree-sitter files the words after a redirection under it: they are
-                # arguments of the command.
-                cmd = _owner_command(node)
-                if cmd is None:
-                    raise _Refused(_what("redirection of a compound command"))
-                self.check_command(cmd)
-                self.climb_statement(cmd)
-                return
-            elif kind == "test_command" or kind in _EXPRESSIONS:
-                if self.split:
-                    raise _Refused(_SPLIT_REFUSAL, 'write it in double quotes: "$(…)"')
-                test = node
-                while test.type in _EXPRESSIONS and test.parent is not None:
-                    test = test.parent
-                if test.type == "test_command" and _text(test).startswith("[["):
-                    raise _Refused("inside [[ … ]], where bash evaluates operands as arithmetic",
-                                   "use [ … ] with the placeholder as a separate operand, or "
-                                   "pass the value through env=")
-                if test.type != "test_command":
-                    raise _Refused("inside arithmetic, which evaluates the value as an "
-                                   "expression (a[$(…)] runs)")
-                self.check_test("[", _flatten_test(test))
-                self.climb_statement(test)
-                return
-            elif kind in ("arithmetic_expansion", "c_style_for_statement") or (
-                    kind == "compound_statement" and _text(node).startswith("((")):
-                raise _Refused("inside arithmetic ($((…)), ((…))), which evaluates the value "
-                               "as an expression (a[$(…)] runs)")
-            elif kind == "subscript":
-                raise _Refused("in an array subscript, which bash evaluates as arithmetic")
-            elif kind in ("variable_assignment", "variable_assignments"):
-                raise _Refused("in an assignment (NAME={x}, NAME=$(… {x} …)), whose variable "
-                               "may later be evaluated as arithmetic, a name or code",
-                               "pass the value through env= and use \"$NAME\" as a plain "
-                               "argument")
-            elif kind in ("declaration_command", "unset_command"):
-                word = _text(node).split(None, 1)[0]
-                raise _Refused(f"an argument of {word}, which takes variable names and "
-                               f"evaluates array subscripts in them (a[$(…)] runs)")
-            elif kind == "case_item":
-                raise _Refused("in a case pattern")
-            elif kind == "case_statement":
-                if child is None or _field(child) != "value":
-                    raise _Refused("in a case statement other than its word")
-                self.climb_statement(node)  # `case {x} in`: the word is matched, as data
-                return
-            elif kind == "for_statement":
-                raise _Refused("in the word list of a for loop (it is assigned to the loop "
-                               "variable)")
-            elif kind == "function_definition":
-                raise _Refused("the name of a function")
-            else:
-                raise _Refused(_what(kind))
-            child, node = node, node.parent
-        raise _Refused("outside any command")  # pragma: no cover - the root is a program
-
-    def check_expansion(self, node: Node, child: Node | None) -> None:
-        """Inside ``${…}`` only the word after ``:-``, ``:+``, ``#``, ``%`` … is data."""
-        ops = [c for i, c in enumerate(node.children)
-               if node.field_name_for_child(i) == "operator"]
-        if (len(ops) != 1 or _text(ops[0]) not in _EXPANSION_OPS or child is None
-                or child.start_byte < ops[0].end_byte or child.type in (
-                    "variable_name", "subscript", "special_variable_name")):
-            raise _Refused("inside ${…} other than the word of ${VAR:-word}, ${VAR:+word}, "
-                           "${VAR#word} or ${VAR%word}")
-
-    # --- where a command holding the value sits ---------------------------------------------
-
-    def climb_statement(self, node: Node) -> None:
-        """The value is data in statement ``node``; check the places around it."""
-        child, current = node, node.parent
-        while current is not None:
-            kind = current.type
-            if kind in ("command", "redirected_statement") and child.type in (
-                    "herestring_redirect", "file_redirect"):
-                pass
-            elif kind in _STATEMENT_PARENTS:
-                if _field(child) in ("value", "name", "variable"):
-                    raise _Refused(_what(kind))
-                if kind == "pipeline":
-                    for later in current.named_children:
-                        if later.start_byte >= child.end_byte:
-                            self.check_piped_into(later)
-            elif kind == "heredoc_redirect" and child.type not in _HEREDOC:
-                pass  # tree-sitter nests the rest of the `<<EOF` line here
-            elif kind == "compound_statement":
-                if _text(current).startswith("(("):
-                    raise _Refused("inside arithmetic ((…))")
-            elif kind in ("command_substitution", "process_substitution"):
-                if _text(current).startswith("`"):
-                    raise _Refused(*_BACKTICK_REFUSAL)
-                # The output of $(…) now stands where the $(…) is written; unquoted, it
-                # would be split into words (a process substitution gives one file name).
-                self.split = kind == "command_substitution"
-                self.climb_value(current.parent, current, output=True)
-                return
-            elif kind in _HEREDOC:
-                raise _Refused(*_HEREDOC_REFUSAL)
-            else:
-                raise _Refused(_what(kind))
-            child, current = current, current.parent
-
-    # --- what the command does with its arguments ------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
