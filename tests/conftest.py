@@ -6,6 +6,7 @@ This folder is put on ``sys.path`` so that test files can ``import support`` (sh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import shutil
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from brain import _secrets
 
@@ -23,6 +25,12 @@ REPO = TESTS.parent
 if str(TESTS) not in sys.path:
     sys.path.append(str(TESTS))  # ``import support`` (``--import-mode=importlib`` adds no test folder)
 PG_URL = os.environ.get("BRAIN_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+
+# No example database: tests run in parallel (pytest-xdist workers, and other checkouts'
+# sessions), and hypothesis' database in ``.hypothesis/`` would be one more store they all
+# write. A failure prints its falsifying example instead.
+settings.register_profile("brain", database=None)
+settings.load_profile("brain")
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +92,7 @@ def _pg_available() -> bool:
         except ImportError:
             return False
         try:
-            conn = await asyncpg.connect(PG_URL.replace("postgresql+asyncpg", "postgresql"), timeout=3)
+            conn = await asyncpg.connect(_dsn(PG_URL), timeout=3)
         except Exception:
             return False
         await conn.close()
@@ -93,35 +101,61 @@ def _pg_available() -> bool:
     return asyncio.run(probe())
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> str:
-    """A PostgreSQL URL (CI starts the server); skipped locally when none runs, failed in CI."""
-    if not _pg_available():
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL is not reachable at {PG_URL} (CI must start it)")
-        pytest.skip("no PostgreSQL server reachable")
-    return PG_URL
-
-
-@pytest.fixture
-def fresh_pg_url(pg_url: str) -> Iterator[str]:
-    """A brand-new, empty PostgreSQL database of this test's own, dropped afterwards (an
-    executor serving it takes no other test's runs)."""
-    import asyncpg
+def _dsn(url: str) -> str:
+    """``url`` as asyncpg takes it (no SQLAlchemy driver name)."""
     from sqlalchemy.engine import make_url
 
-    name = f"brain_test_{uuid.uuid4().hex[:12]}"
-    admin_dsn = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(admin_dsn, timeout=10)
+
+def _admin(sql: str) -> None:
+    """Run ``sql`` on the server of ``PG_URL``, through its database (CREATE/DROP DATABASE)."""
+    import asyncpg
+
+    async def go() -> None:
+        conn = await asyncpg.connect(_dsn(PG_URL), timeout=30)
         try:
             await conn.execute(sql)
         finally:
             await conn.close()
 
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    asyncio.run(go())
+
+
+@contextlib.contextmanager
+def _new_database(label: str) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database on ``PG_URL``'s server, dropped afterwards."""
+    from sqlalchemy.engine import make_url
+
+    name = f"brain_test_{label}_{uuid.uuid4().hex[:12]}"
+    _admin(f'CREATE DATABASE "{name}"')
     try:
-        yield make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
     finally:
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def _pg_server() -> None:
+    """PostgreSQL is reachable (CI starts it): skipped locally when none runs, failed in CI."""
+    if not _pg_available():
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is not reachable at {PG_URL} (CI must start it)")
+        pytest.skip("no PostgreSQL server reachable")
+
+
+@pytest.fixture(scope="session")
+def pg_url(_pg_server: None) -> Iterator[str]:
+    """A PostgreSQL database of this test process's own (one per xdist worker, created empty,
+    dropped at the end): tests running at the same time, in other workers or other sessions,
+    never share one. The tests of one worker do share it, one after another."""
+    with _new_database(os.environ.get("PYTEST_XDIST_WORKER", "main")) as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_pg_url(_pg_server: None) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database of this test's own, dropped afterwards (an
+    executor serving it takes no other test's runs)."""
+    with _new_database("fresh") as url:
+        yield url

@@ -26,7 +26,10 @@ T = TypeVar("T")
 
 
 def free_port() -> int:
-    """A loopback port nobody listens on now."""
+    """A loopback port nobody listens on now, for a server that cannot bind port 0 itself
+    (a container's published port). Racy: another process may take it before that server
+    binds it. ``brain serve`` binds ``--port 0`` and says its port (``serve_support.BrainServer``);
+    an in-process server binds port 0 and reads its own socket."""
     import socket
 
     with socket.socket() as sock:

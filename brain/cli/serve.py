@@ -267,12 +267,15 @@ def _serve(app: Litestar, service: BrainService, workflows: dict[str, object],
     from brain.server.app import BrainPlugin
 
     sock = bind_socket(args.host, args.port)
+    # The port bound, which is the system's choice for --port 0: the start-up line says it,
+    # so whoever started the server (a test, a script) reads it there, without a race.
+    port = int(sock.getsockname()[1])
     _warn_if_root()
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
     announce(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
-              f"http://{args.host}:{args.port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
+              f"http://{args.host}:{port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
               f"webhooks {hooks}  ·  database {service.store.shown_url}")
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None,
+    config = uvicorn.Config(app, host=args.host, port=port, log_config=None,
                             lifespan="on", timeout_graceful_shutdown=15,
                             http=_h11_protocol(), timeout_keep_alive=KEEP_ALIVE_SECONDS,
                             h11_max_incomplete_event_size=MAX_HEADER_BYTES,

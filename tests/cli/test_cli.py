@@ -539,7 +539,7 @@ def test_cancel_from_another_process_stops_the_run(tmp_path: Path, brain_cmd: li
         assert shown["status"] == "cancelled"
         assert {s["name"]: s["status"] for s in shown["steps"]} == {
             "before": "succeeded", "wait": "cancelled", "after": "cancelled"}
-        wait_for(lambda: not group_alive(pgid), 5, "the step's processes to end")
+        wait_for(lambda: not group_alive(pgid), 30, "the step's processes to end")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -51,7 +51,7 @@ def test_cancel_a_run_whose_process_was_killed(tmp_path: Path, brain_cmd: list[s
         if reaped:
             proc.wait(10)
         else:  # killed but not yet reaped by its parent (this test): a zombie counts as dead
-            wait_for(lambda: _state(proc.pid) == "Z", 10, "the killed process to be a zombie")
+            wait_for(lambda: _state(proc.pid) == "Z", 30, "the killed process to be a zombie")
 
         cancel = brain(brain_cmd, "cancel", run_id[:12])
         assert cancel.returncode == 0, cancel.stderr
@@ -91,7 +91,7 @@ def test_local_owner_gone() -> None:
     child.wait()
     assert local_owner_gone(f"{host}:{child.pid}:abc") is True  # exited and reaped
     zombie = subprocess.Popen(["true"])
-    wait_for(lambda: _state(zombie.pid) == "Z", 10, "a zombie")
+    wait_for(lambda: _state(zombie.pid) == "Z", 30, "a zombie")
     try:
         assert local_owner_gone(f"{host}:{zombie.pid}:abc") is True
     finally:

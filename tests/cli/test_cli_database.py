@@ -59,10 +59,12 @@ def test_a_url_naming_another_driver_is_one_line(tmp_path: Path, brain_cmd: list
 
 
 def test_sqlite_and_postgresql_urls_without_a_driver_work(tmp_path: Path, brain_cmd: list[str],
-                                                         pg_url: str) -> None:
+                                                         fresh_pg_url: str) -> None:
     """The store talks to sqlite3 itself and to PostgreSQL through asyncpg: a URL that names
     no driver means those."""
-    for url in (f"sqlite:///{tmp_path / 'plain.db'}", "postgresql://postgres@127.0.0.1:5432/test"):
+    plain_pg_url = fresh_pg_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    assert plain_pg_url.startswith("postgresql://")
+    for url in (f"sqlite:///{tmp_path / 'plain.db'}", plain_pg_url):
         # A shared PostgreSQL database is upgraded by hand (SPEC §9), which works without a
         # driver in the URL too.
         upgraded = _brain(brain_cmd, "db", "upgrade", url=url, cwd=tmp_path)

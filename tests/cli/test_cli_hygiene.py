@@ -51,7 +51,11 @@ SLOW_SYNC = """
 
     @step(timeout_seconds=1)
     def slow() -> str:
-        time.sleep(3)
+        # Blocked until the test says (after `brain run` has exited), then a side effect.
+        release = Path(__file__).with_name("release")
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         Path(__file__).with_name("side_effect.txt").write_text("written")
         return "done"
 
@@ -332,14 +336,14 @@ def test_timed_out_sync_step_fails_and_the_process_does_not_wait(tmp_path: Path,
     """docs/workflows.md: the step fails at its timeout, the thread is abandoned, and
     ``brain run`` exits when the run ends, cutting the function off."""
     flow = write_source(tmp_path, "slow.py", SLOW_SYNC)
-    started = time.monotonic()
+    # The function is blocked until released, which happens only once `brain run` exited:
+    # had it waited for the function, it would never exit (the call's timeout fails the test).
     proc = brain(brain_cmd, "run", flow, "--json")
-    took = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr
     run = json.loads(proc.stdout)
     assert run["status"] == "failed"
     assert run["steps"][0]["status"] == "failed"
     assert run["steps"][0]["error"] == "timed out after 1s"
-    assert took < 2.8, took  # the function sleeps 3 s: brain run did not wait for it
-    time.sleep(3.5 - took)
+    (tmp_path / "release").touch()
+    time.sleep(0.5)  # what the function would do once released, it would have done by now
     assert not (tmp_path / "side_effect.txt").exists()

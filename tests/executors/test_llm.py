@@ -77,13 +77,18 @@ def timed_server() -> Iterator[TimedChatServer]:
         yield s
 
 
+# Sockets bound and never listening, kept open for the session (see closed_port_url).
+_REFUSING: list[socket.socket] = []
+
+
 def closed_port_url() -> str:
-    """A base URL on 127.0.0.1 whose port nothing listens on (bound, then closed)."""
+    """A base URL on 127.0.0.1 whose port nothing listens on: bound here and never listening,
+    so connecting is refused, and held open so that no other process (another test worker's
+    server, say) can take the port meanwhile."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}/v1"
+    _REFUSING.append(sock)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
 
 
 def db_bytes(tmp_path: Path) -> bytes:

@@ -729,13 +729,15 @@ def test_hanging_servers_time_out_and_leave_no_process(tmp_path: Path):
     env = {"MCP_PID_DIR": str(pids), "LEAK_TAG": tag}
     before = live_descendants()
 
+    # Long enough for both servers to be up (their pids recorded, their first stderr lines
+    # written) before the timeout, on a busy machine too: the start-up counts against it.
     @workflow
     def mcp_hang():
-        mcp_tool("hang", server_command=tools(), tool="hang", timeout_seconds=2, env=env)
+        mcp_tool("hang", server_command=tools(), tool="hang", timeout_seconds=5, env=env)
 
     @workflow
     def mcp_hang_hard():
-        mcp_tool("stubborn", server_command=[PY, STUBBORN], tool="hang_hard", timeout_seconds=2,
+        mcp_tool("stubborn", server_command=[PY, STUBBORN], tool="hang_hard", timeout_seconds=5,
                  env=env)
 
     hung, (plain, stubborn) = run_bounded((mcp_hang, None), (mcp_hang_hard, None),
@@ -744,10 +746,10 @@ def test_hanging_servers_time_out_and_leave_no_process(tmp_path: Path):
     for run, name in ((plain, "hang"), (stubborn, "stubborn")):
         step = run.steps[name]
         assert step.status == "failed", name
-        assert step.error == "timed out after 2s", name
+        assert step.error == "timed out after 5s", name
         assert step.tries == 1
         assert step.output is None
-        assert run.error == f"step '{name}' failed: timed out after 2s"
+        assert run.error == f"step '{name}' failed: timed out after 5s"
     assert len(recorded_pids(pids)) == 2
     assert wait_until(lambda: all(_gone(p) for p in recorded_pids(pids)))
     assert wait_until(lambda: not tagged_processes(tag)), tagged_processes(tag)

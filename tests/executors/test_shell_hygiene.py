@@ -104,7 +104,8 @@ def test_a_cancel_while_the_process_starts_stops_it_at_once() -> None:
     try:
         waited = asyncio.run(sweep())
         assert any(w is not None for w in waited)
-        assert all(w is None or w < 3 for w in waited), waited
+        # Well before the child's 30 s sleep would end: the cancel did not wait for it.
+        assert all(w is None or w < 15 for w in waited), waited
         time.sleep(0.2)
         left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
         assert left.stdout == "", "a process started by a cancelled step is still running"

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,15 +19,29 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from support import free_port, wait_healthy
+from support import wait_healthy
 
 FINISHED = {"succeeded", "failed", "cancelled"}
+# `brain serve`'s start-up line names the address it serves (text or JSON log alike).
+START_LINE = re.compile(r"The Brain: .*? on http://\S*?:(\d+)\s")
 
 
 def brain_argv() -> list[str]:
     """The real ``brain`` command (same rule as the ``brain_cmd`` fixture, usable at any scope)."""
     exe = shutil.which("brain", path=os.path.dirname(sys.executable))
     return [exe] if exe else [sys.executable, "-m", "brain.cli"]
+
+
+def _log_files(logs: Path) -> tuple[Path, Path]:
+    """``serve.stdout``/``serve.stderr`` in ``logs``, or ``serve-N.*`` for a test's N-th server."""
+    n = 1
+    while True:
+        stem = "serve" if n == 1 else f"serve-{n}"
+        out, err = logs / f"{stem}.stdout", logs / f"{stem}.stderr"
+        if not out.exists():
+            out.touch()
+            return out, err
+        n += 1
 
 
 def clean_env(db_file: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -38,24 +54,61 @@ def clean_env(db_file: Path, extra: Mapping[str, str] | None = None) -> dict[str
 
 
 class BrainServer:
-    """A ``brain serve FOLDER --port N`` subprocess on 127.0.0.1, its output in files."""
+    """``brain serve FOLDER --port 0`` on 127.0.0.1, a subprocess, its output in files.
+
+    The server binds a port of the system's choosing and says it in its start-up line;
+    :attr:`port` (and :attr:`url`, :attr:`client`) read it from there, so no port is picked
+    ahead of time for another process to take first. Each server of a test writes files of
+    its own in ``logs`` (``serve.stdout``, ``serve-2.stdout``, ...).
+    """
 
     def __init__(self, argv: list[str], folder: Path, logs: Path, env: dict[str, str],
                  preexec_fn: Callable[[], None] | None = None,
-                 extra_args: list[str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.stdout_file = logs / "serve.stdout"
-        self.stderr_file = logs / "serve.stderr"
+                 extra_args: list[str] | None = None, *, start_new_session: bool = False) -> None:
+        self.stdout_file, self.stderr_file = _log_files(logs)
         self._out = self.stdout_file.open("wb")
         self._err = self.stderr_file.open("wb")
-        self.proc = subprocess.Popen([*argv, "serve", str(folder), "--port", str(self.port),
+        self.proc = subprocess.Popen([*argv, "serve", str(folder), "--port", "0",
                                       *(extra_args or [])],
                                      stdout=self._out, stderr=self._err, env=env,
-                                     preexec_fn=preexec_fn)
-        self.client = httpx.Client(base_url=self.url, timeout=30)
+                                     preexec_fn=preexec_fn, start_new_session=start_new_session)
+        self._port: int | None = None
+        self._client: httpx.Client | None = None
 
-    def wait_healthy(self, seconds: float = 30.0) -> None:
+    @property
+    def port(self) -> int:
+        """The port the server bound, from its start-up line (waited for, bounded)."""
+        if self._port is None:
+            self._port = self.wait_port()
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def client(self) -> httpx.Client:
+        """An HTTP client for this server (``base_url`` set), closed by :meth:`stop`."""
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.url, timeout=30)
+        return self._client
+
+    def wait_port(self, seconds: float = 60.0) -> int:
+        """Poll (bounded) the output for the start-up line; return the port it names."""
+        deadline = time.monotonic() + seconds
+        while True:
+            found = START_LINE.search(self.output())
+            if found:
+                return int(found.group(1))
+            if self.proc.poll() is not None:
+                raise AssertionError(f"brain serve exited with {self.proc.returncode} before "
+                                     f"serving:\n{self.output()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"brain serve never said its port:\n{self.output()}")
+            time.sleep(0.02)
+
+    def wait_healthy(self, seconds: float = 60.0) -> None:
+        """Wait (bounded) until the server answers ``/health`` with 200."""
         wait_healthy(self.proc, self.url, self.output, seconds)
 
     def output(self) -> str:
@@ -71,7 +124,8 @@ class BrainServer:
 
     def stop(self, seconds: float = 30.0) -> int:
         """SIGTERM, then wait (bounded); SIGKILL only if it never stops. Returns the exit code."""
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -83,6 +137,19 @@ class BrainServer:
         self._out.close()
         self._err.close()
         return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash, or clean-up after a failed test) and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+    def __enter__(self) -> BrainServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(AssertionError):  # killed instead: the test's own error counts
+            self.stop()
 
     # --- API helpers --------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The console in a real headless Chromium (Debian's package, driven by Playwright): log in,
 start a run, watch it live, read a failure, cancel, retry; nothing fetched from elsewhere.
 
-Screenshots of each page are written to docs/console/.
+The tests write nothing outside their temporary folders: the screenshots in docs/console/
+(shown by docs/console.md) are taken by the same tests run as ``python -m tests.server.screenshots``,
+which names the folder in ``CONSOLE_SCREENSHOTS``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from serve_support import BrainServer, brain_argv, clean_env
 from support import write_source
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+# Where shot() saves each page: only when the screenshots command asks (tests.server.screenshots).
+SHOTS = Path(os.environ["CONSOLE_SCREENSHOTS"]) if os.environ.get("CONSOLE_SCREENSHOTS") else None
 TOKEN = "console-e2e-token-9876"
 
 if not os.path.exists(CHROMIUM):  # .ci/run installs it; a developer machine may lack it
@@ -120,8 +123,10 @@ def log_in(page: Any, server: BrainServer, then: str = "/") -> None:
 
 
 def shot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    """Save the page as ``NAME.png`` when screenshots are asked for (never in a test run)."""
+    if SHOTS is not None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def test_a_wrong_token_is_refused_and_the_right_one_logs_in(page: Any,
@@ -192,6 +197,11 @@ def test_cancel_a_long_run(page: Any, server: BrainServer) -> None:
     assert page.locator('[data-action="retry"]').is_visible()
 
 
+FIRST_RENDER_MS = (
+    "performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')"
+    "?.startTime ?? performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+
+
 def test_the_page_of_a_fifty_step_run_is_light_and_quick(page: Any, server: BrainServer) -> None:
     import httpx
 
@@ -199,19 +209,24 @@ def test_the_page_of_a_fifty_step_run_is_light_and_quick(page: Any, server: Brai
                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     assert r.status_code == 200 and r.json()["status"] == "succeeded", r.text
     log_in(page, server)
+    # The baseline: a page of few lines (the runs list), its first render in this browser on
+    # this machine now, so a busy machine slows both alike.
+    page.goto(f"{server.url}/runs?workflow=fifty")
+    page.wait_for_load_state("load")
+    baseline_ms = page.evaluate(FIRST_RENDER_MS)
     sizes: list[int] = []
     page.on("response", lambda response: sizes.append(len(response.body())))
     page.goto(f"{server.url}/runs/{r.json()['run_id']}")
     page.wait_for_load_state("load")
     steps = page.locator(".step").count()
     assert steps >= 50
-    render_ms = page.evaluate(
-        "performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')"
-        "?.startTime ?? performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+    render_ms = page.evaluate(FIRST_RENDER_MS)
     total = sum(sizes)
-    print(f"run page of a {steps}-step run: {total / 1024:.1f} KB, first render {render_ms:.0f} ms")
+    print(f"run page of a {steps}-step run: {total / 1024:.1f} KB, first render {render_ms:.0f} ms "
+          f"(the runs list: {baseline_ms:.0f} ms)")
     assert total < 200 * 1024, total
-    assert render_ms < 300, render_ms
+    # Quick: about as fast to show as a short page (300 ms is quick enough whatever the baseline).
+    assert render_ms < max(300, 4 * baseline_ms), (render_ms, baseline_ms)
     assert page.locator('svg .node.st-skipped[data-step="never"]').count() == 1
     assert (page.locator("svg .group text").text_content() or "").startswith("for_each")
     shot(page, "run-fifty")

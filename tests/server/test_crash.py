@@ -11,49 +11,20 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from support import free_port, pid_gone, sql_rows, wait_for, wait_healthy, write_source
+from serve_support import BrainServer
+from support import pid_gone, sql_rows, wait_for, write_source
 
 from brain.server.webhooks import sign
 
 SECRET = "crash-test-secret"
 DELIVERIES = 100
 KILL_AFTER = 40
-
-
-class Server:
-    """``brain serve FOLDER --port PORT`` in its own session, its output in a log file."""
-
-    def __init__(self, brain_cmd: list[str], folder: Path, port: int, env: dict[str, str],
-                 log: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen([*brain_cmd, "serve", str(folder), "--port", str(port)],
-                                         env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    def wait_ready(self, seconds: float = 30.0) -> None:
-        wait_healthy(self.proc, self.url, self.log.read_text, seconds)
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def terminate(self, seconds: float = 30.0) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(seconds)
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 def post_delivery(client: httpx.Client, url: str, index: int) -> httpx.Response:
@@ -80,15 +51,25 @@ def processes_mentioning(marker: str) -> list[int]:
 
 
 @pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
+def servers() -> Iterator[list[BrainServer]]:
+    started: list[BrainServer] = []
     yield started
     for server in started:
-        server.cleanup()
+        server.kill()
+        server.stop()
+
+
+def start(brain_cmd: list[str], folder: Path, env: dict[str, str], logs: Path,
+          servers: list[BrainServer]) -> BrainServer:
+    """``brain serve FOLDER --port 0`` in its own session, answering /health."""
+    server = BrainServer(brain_cmd, folder, logs, env, start_new_session=True)
+    servers.append(server)
+    server.wait_healthy()
+    return server
 
 
 def test_webhooks_answered_202_all_run_once_after_kill_9(
-        tmp_path: Path, brain_cmd: list[str], servers: list[Server]) -> None:
+        tmp_path: Path, brain_cmd: list[str], servers: list[BrainServer]) -> None:
     folder = tmp_path / "flows"
     folder.mkdir()
     out = tmp_path / "out.txt"
@@ -102,12 +83,7 @@ def test_webhooks_answered_202_all_run_once_after_kill_9(
     ''')
     env = dict(os.environ, CRASH_HOOK_SECRET=SECRET, BRAIN_LEASE_SECONDS="2",
                BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}")
-    port = free_port()
-    log = tmp_path / "serve.log"
-
-    first = Server(brain_cmd, folder, port, env, log)
-    servers.append(first)
-    first.wait_ready()
+    first = start(brain_cmd, folder, env, tmp_path, servers)
 
     # Phase 1: 100 signed deliveries from 8 threads; kill -9 after ~40 answers.
     accepted: dict[int, str] = {}  # delivery index → run id, from 202 answers
@@ -128,19 +104,17 @@ def test_webhooks_answered_202_all_run_once_after_kill_9(
     with httpx.Client(limits=httpx.Limits(max_connections=8)) as client, \
             concurrent.futures.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(deliver, i) for i in range(DELIVERIES)]
-        assert enough.wait(30), f"only {len(accepted)} answers before the kill:\n{log.read_text()}"
-        first.kill9()
+        assert enough.wait(30), f"only {len(accepted)} answers before the kill:\n{first.output()}"
+        first.kill()
         concurrent.futures.wait(futures, timeout=60)
     before_kill = dict(accepted)
     assert KILL_AFTER <= len(before_kill) < DELIVERIES, "the kill should cut the burst"
     active = sql_rows(tmp_path, "SELECT count(*) FROM brain_runs WHERE status IN ('queued', 'running')")
     assert active[0][0] > 0, "the kill should leave runs to finish (make the step slower)"
 
-    # Phase 2: the same database and port; resend what got no answer (same delivery ids),
-    # plus a few answered ones, which must come back with their first run id.
-    second = Server(brain_cmd, folder, port, env, log)
-    servers.append(second)
-    second.wait_ready()
+    # Phase 2: the same database; resend what got no answer (same delivery ids), plus a few
+    # answered ones, which must come back with their first run id.
+    second = start(brain_cmd, folder, env, tmp_path, servers)
     missing = [i for i in range(DELIVERIES) if i not in before_kill]
     repeats = sorted(before_kill)[:5]
     with httpx.Client() as client, concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -180,13 +154,13 @@ def test_webhooks_answered_202_all_run_once_after_kill_9(
     assert set(lines) == {f"delivery body {i:03d}" for i in range(DELIVERIES)}
 
     # SIGTERM: a clean stop, and nothing of ours left running.
-    assert second.terminate() in (0, -signal.SIGTERM), log.read_text()  # uvicorn re-raises it
-    assert "Traceback" not in log.read_text()
-    wait_for(lambda: not processes_mentioning(str(tmp_path)), 10, "the step processes to end")
+    assert second.stop() in (0, -signal.SIGTERM), second.output()  # uvicorn re-raises it
+    assert "Traceback" not in first.output() + second.output()
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "the step processes to end")
 
 
 def test_a_run_still_running_when_sigterm_grace_ends_is_resumed_not_cancelled(
-        tmp_path: Path, brain_cmd: list[str], servers: list[Server]) -> None:
+        tmp_path: Path, brain_cmd: list[str], servers: list[BrainServer]) -> None:
     """SIGTERM lets running runs finish for a grace period (10 s); one that outlasts it is
     stopped but must stay resumable (SPEC §11: nothing accepted is lost) — nobody asked to
     cancel it, so the next server resumes it."""
@@ -205,23 +179,17 @@ def test_a_run_still_running_when_sigterm_grace_ends_is_resumed_not_cancelled(
     ''')
     env = dict(os.environ, BRAIN_LEASE_SECONDS="2",
                BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}")
-    port = free_port()
-    log = tmp_path / "serve.log"
-    first = Server(brain_cmd, folder, port, env, log)
-    servers.append(first)
-    first.wait_ready()
+    first = start(brain_cmd, folder, env, tmp_path, servers)
     run_id = httpx.post(f"{first.url}/api/workflows/longrun/runs", json={}).json()["run_id"]
-    wait_for(marker.exists, 10, "the slow step to start")
+    wait_for(marker.exists, 30, "the slow step to start")
 
-    assert first.terminate() in (0, -signal.SIGTERM)
+    assert first.stop() in (0, -signal.SIGTERM)
     stopped = sql_rows(tmp_path, "SELECT status, error FROM brain_runs WHERE id = ?", run_id)[0]
     try:
         assert stopped["status"] != "cancelled", (
             f"a graceful shutdown recorded the run as cancelled ({stopped['error']!r}): it will "
             f"never be resumed")
-        second = Server(brain_cmd, folder, port, env, log)
-        servers.append(second)
-        second.wait_ready()
+        start(brain_cmd, folder, env, tmp_path, servers)
         wait_for(lambda: sql_rows(tmp_path, "SELECT status FROM brain_runs WHERE id = ?",
                                   run_id)[0][0] not in ("queued", "running"), 30, "the resumed run")
         row = sql_rows(tmp_path, "SELECT status, error FROM brain_runs WHERE id = ?", run_id)[0]

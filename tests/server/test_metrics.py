@@ -62,11 +62,20 @@ async def test_metrics_count_runs_steps_deliveries_and_fires(
         assert (await client.post("/hooks/hooked", content=huge,
                                   headers={"X-Brain-Signature": sign(SECRET, huge)})
                 ).status_code == 413
-        await asyncio.sleep(2.5)  # the every(seconds=1) schedule fires
-        r = await client.get("/metrics")
-        assert r.status_code == 200, r.text
+        # Until the every(seconds=1) schedule has fired and the webhook's run has ended
+        # (bounded: a busy machine is slow, an idle one need not wait a fixed time).
+        lateness = ("brain_schedule_lateness_seconds_count", (("workflow", "ticking"),))
+        succeeded = ("brain_step_duration_seconds_count", (("kind", "shell"), ("status", "succeeded")))
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            r = await client.get("/metrics")
+            assert r.status_code == 200, r.text
+            got: dict[Any, float] = samples(r.text)
+            if got.get(lateness, 0) >= 1 and got.get(succeeded, 0) >= 4:
+                break
+            assert asyncio.get_running_loop().time() < deadline, r.text
+            await asyncio.sleep(0.1)
         assert r.headers["content-type"].startswith("text/plain")
-        got: dict[Any, float] = samples(r.text)
 
     assert got[("brain_runs_started_total", (("workflow", "good"),))] == 2
     assert got[("brain_runs_ended_total", (("status", "succeeded"), ("workflow", "good")))] == 2

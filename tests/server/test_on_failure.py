@@ -208,6 +208,9 @@ def test_reloads_keep_failure_handlers_current_and_removed_workflows_queue_their
                   for r in server.run_ids("notify")]
         assert sorted(b["run_id"] for b in bodies if b["workflow"] == "doomed") == sorted(queued)
         assert {server.wait_run(r)["status"] for r in server.run_ids("notify")} == {"succeeded"}
+        # Not left for the stop's grace period to wait on (its sleep is a minute long).
+        assert server.client.post(f"/api/runs/{first}/cancel", json={}).status_code == 202
+        server.wait_run(first)
     finally:
         server.stop()
     assert server.stderr().count("of doomed failed: workflow not loaded") == 2

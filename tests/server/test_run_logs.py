@@ -211,7 +211,7 @@ def test_an_error_before_serving_is_a_json_line_too(tmp_path: Path) -> None:
     import subprocess
 
     env = clean_env(tmp_path / "brain.db", {"BRAIN_LOG_FORMAT": "json"})
-    proc = subprocess.run([*brain_argv(), "serve", str(tmp_path / "missing")], env=env,
+    proc = subprocess.run([*brain_argv(), "serve", str(tmp_path / "missing"), "--port", "0"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()

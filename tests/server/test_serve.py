@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import free_port, write_source
+from support import write_source
 
 HELLO = """
 from brain import shell, workflow
@@ -36,7 +36,7 @@ def run_brain(brain_cmd: list[str], *args: str, env: dict[str, str] | None = Non
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
 def test_public_host_without_token_is_refused(brain_cmd: list[str], tmp_path: Path, host: str) -> None:
     write_source(tmp_path, "hello.py", HELLO)
-    result = run_brain(brain_cmd, "serve", str(tmp_path), "--host", host, "--port", str(free_port()))
+    result = run_brain(brain_cmd, "serve", str(tmp_path), "--host", host, "--port", "0")
     assert result.returncode == 2, result
     output = result.stdout + result.stderr
     assert "Traceback" not in output
@@ -67,7 +67,7 @@ def test_duplicate_webhook_path_across_files(brain_cmd: list[str], tmp_path: Pat
         def beta():
             shell("b", argv=["echo", "b"])
         """)
-    result = run_brain(brain_cmd, "serve", str(tmp_path), "--port", str(free_port()))
+    result = run_brain(brain_cmd, "serve", str(tmp_path), "--port", "0")
     assert result.returncode == 2, result
     output = result.stdout + result.stderr
     assert "Traceback" not in output

@@ -17,6 +17,8 @@ import pytest
 from serve_support import BrainServer, brain_argv, clean_env
 from support import running_step, wait_for, write_source
 
+from brain.cli.serve import STOP_GRACE_SECONDS
+
 FLOWS = """
 from brain import shell, workflow
 
@@ -73,15 +75,19 @@ def test_sigint_says_at_once_and_a_second_stops_a_running_step(tmp_path: Path) -
         assert r.status_code == 202, r.text
         run_id = r.json()["run_id"]
         wait_for(lambda: running_step(tmp_path / "brain.db"), 20, "the step to run")
+        first = time.monotonic()
         server.proc.send_signal(signal.SIGINT)
-        assert wait_output(server, "stopping", 1.0) <= 1.0
+        # Said at once: before the process stops, which it does not before the grace period
+        # ends (the step sleeps 60 s) or a second Ctrl-C.
+        wait_output(server, "stopping", STOP_GRACE_SECONDS)
         assert "Ctrl-C again" in server.output()
         time.sleep(0.5)
         assert server.proc.poll() is None  # waiting for the running step (grace period)
-        second = time.monotonic()
         server.proc.send_signal(signal.SIGINT)
-        server.proc.wait(timeout=3)
-        assert time.monotonic() - second <= 3
+        server.proc.wait(timeout=60)
+        # The second Ctrl-C cut the grace period short (it ends STOP_GRACE_SECONDS after
+        # the first, however slow the machine).
+        assert time.monotonic() - first < STOP_GRACE_SECONDS, server.output()
         output = server.output()
         assert "stopping now" in output
         assert "Traceback" not in output, output
@@ -176,14 +182,16 @@ def test_worker_second_sigint_stops_at_once_and_the_run_stays_resumable(
                                 stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: running_step(tmp_path / "brain.db"), 20, "the step to run")
+        first = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        wait_for(lambda: "Ctrl-C again" in log.read_text(), 2, "the first stop message")
+        wait_for(lambda: "Ctrl-C again" in log.read_text(), STOP_GRACE_SECONDS,
+                 "the first stop message")
         time.sleep(0.5)
         assert proc.poll() is None  # the grace period
-        second = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=5)
-        assert time.monotonic() - second <= 5
+        proc.wait(timeout=60)
+        # The second Ctrl-C cut the grace period short.
+        assert time.monotonic() - first < STOP_GRACE_SECONDS, log.read_text()
         assert "Traceback" not in log.read_text()
         with sqlite3.connect(tmp_path / "brain.db") as db:
             status = db.execute("SELECT status FROM brain_runs WHERE id = ?", (run_id,)).fetchone()
@@ -216,7 +224,7 @@ def test_one_serving_process_per_sqlite_file_the_second_exits_2_naming_the_first
     try:
         server.wait_healthy()
         _refused([*brain_argv(), "worker", str(folder)], env, "serve", server.proc.pid)
-        _refused([*brain_argv(), "serve", str(folder), "--port", str(server.port + 1)], env,
+        _refused([*brain_argv(), "serve", str(folder), "--port", "0"], env,
                  "serve", server.proc.pid)
         # Other commands share the file.
         shown = subprocess.run([*brain_argv(), "runs", "--json"], env=env, capture_output=True,
@@ -233,7 +241,7 @@ def test_one_serving_process_per_sqlite_file_the_second_exits_2_naming_the_first
                                   stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "The Brain worker" in log.read_text(), 30, "the worker to start")
-        _refused([*brain_argv(), "serve", str(folder), "--port", str(server.port)], env,
+        _refused([*brain_argv(), "serve", str(folder), "--port", "0"], env,
                  "worker", worker.pid)
         assert log.read_text().count("running as root") == ROOT_LINES
     finally:

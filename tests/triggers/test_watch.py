@@ -23,7 +23,7 @@ from brain import WorkflowLoadError, watch
 from brain.triggers.watch import FileWatcher, resolve_folder
 
 DEBOUNCE = 0.2
-WAIT = 5.0  # the longest any fire may take to show up
+WAIT = 30.0  # the longest any fire may take to show up (a bound for a very busy machine)
 
 
 class Fires:
