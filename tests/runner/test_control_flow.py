@@ -133,7 +133,6 @@ def test_nested_conditions_and_together_and_parallel_works_inside(db_url: str,
             with when(~no):
                 shell("yes_not_no", argv=["echo", "ok"])
 
-    t0 = time.monotonic()
     r = nested.run(store=db_url)
     assert r.status == RunStatus.SUCCEEDED, r.error
     assert statuses(r) == {"says": "succeeded", "no": "succeeded", "a": "succeeded",
@@ -141,7 +140,6 @@ def test_nested_conditions_and_together_and_parallel_works_inside(db_url: str,
     a, b = r.steps["a"], r.steps["b"]
     assert a.started_at is not None and b.started_at is not None and a.ended_at and b.ended_at
     assert a.started_at < b.ended_at and b.started_at < a.ended_at, "parallel() inside when"
-    assert time.monotonic() - t0 < 10
 
 
 def test_a_condition_that_was_itself_skipped_skips_its_steps(db_url: str) -> None:
@@ -266,9 +264,9 @@ def test_a_failing_instance_halts_the_run_and_cancels_running_siblings(db_url: s
                           f"touch started-{n}; sleep 30; touch finished-{n}")
         shell("after", argv=["echo", "after"])
 
-    t0 = time.monotonic()
     r = halts.run(store=db_url)
-    assert time.monotonic() - t0 < 20, "the siblings were not stopped"
+    # The siblings sleep 30 s before they finish: stopped, none of them did.
+    assert not list(tmp_path.glob("finished-*")), "the siblings were not stopped"
     assert r.status == RunStatus.FAILED
     assert "'work[1]' failed" in (r.error or "")
     states = {i: r.steps[f"work[{i}]"].status for i in range(6)}

@@ -274,7 +274,8 @@ def test_half_sent_request_head_is_closed_after_the_header_timeout(server: Brain
             data = b""
     elapsed = time.monotonic() - started
     assert data == b"", data
-    assert HEADER_TIMEOUT_SECONDS - 1 <= elapsed <= HEADER_TIMEOUT_SECONDS + 5, elapsed
+    # Not before the timeout (the socket's own timeout above fails it if never closed).
+    assert elapsed >= HEADER_TIMEOUT_SECONDS - 1, elapsed
     assert server.client.get("/health").status_code == 200
 
 
