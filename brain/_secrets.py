@@ -13,7 +13,6 @@ This module imports nothing of The Brain.
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import os
 import threading
@@ -152,6 +151,8 @@ def make_undumpable() -> None:
     if _made_undumpable:
         return
     _made_undumpable = True
+    import ctypes  # here, not at import: only what runs steps needs it
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -102,12 +103,33 @@ def silence(stream: IO[str]) -> None:
         os.close(devnull)
 
 
+_collecting = False  # whether the cyclic garbage collector was on when main() began
+
+
+def settle() -> None:
+    """Start-up is over: the command's own work begins (a run's steps, a server's loop).
+
+    Start-up (imports, tracing workflow files) makes objects that live as long as the
+    process, and hardly any garbage; so :func:`main` turns the cyclic garbage collector
+    off for it, and here moves what it made out of the collector's sight for good
+    (``gc.freeze``) before turning it back on: later collections, the interpreter's last
+    one at exit included, walk only what the work makes. For a one-step ``brain run``
+    that is about a quarter of its time. Safe to call more than once.
+    """
+    if _collecting and not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``brain`` console script.
 
     Output into a closed pipe (``brain runs --json | head -1``) ends the command
     quietly with its normal exit code: no ``BrokenPipeError`` traceback.
     """
+    global _collecting
+    _collecting = gc.isenabled()
+    gc.disable()  # until settle()
     code: int | str | None = 0
     for name in ("stdout", "stderr"):  # started with a closed descriptor (``>&-``)
         if getattr(sys, name) is None:
@@ -120,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()  # here, where a closed pipe can still be handled
     except BrokenPipeError:
         silence(sys.stdout)
+    finally:
+        if _collecting:
+            gc.enable()
     raise SystemExit(code)
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import re
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from brain._errors import BrainError, RunNotFound, StoreError, WorkflowLoadError
-from brain.cli import render
+from brain.cli import render, settle
 
 if TYPE_CHECKING:
     from brain.dsl.model import WorkflowGraph
@@ -54,6 +56,8 @@ def _in_store(fn: Callable[[Store], Awaitable[T]]) -> T:
 def dispatch(args: argparse.Namespace) -> int:
     """Run the chosen subcommand; turn expected errors into a message and exit code 2."""
     handler = _HANDLERS[args.command]
+    if args.command != "run":  # run settles once its workflow is loaded
+        settle()
     fail = _fail
     if args.command in ("serve", "worker"):  # their errors in their log's format
         from brain.cli.logs import error
@@ -69,10 +73,10 @@ def dispatch(args: argparse.Namespace) -> int:
         return fail(str(exc))
     except Exception as exc:
         # A database that breaks mid-command (a corrupt page, a driver that cannot be
-        # used): one line, not a traceback.
-        from sqlalchemy.exc import SQLAlchemyError
-
-        if not isinstance(exc, SQLAlchemyError):
+        # used): one line, not a traceback. Only a process that loaded SQLAlchemy can have
+        # one of its errors: the check never imports it.
+        sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
+        if sqlalchemy_exc is None or not isinstance(exc, sqlalchemy_exc.SQLAlchemyError):
             raise
         from brain.store.errors import database_problem
 
@@ -91,6 +95,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = None if args.json else render.Progress(wf)
     warning = root_warning()
     on_event = _warn_first(warning, progress) if warning else progress
+    importlib.import_module("brain.runner")  # what the run needs, loaded as part of start-up
+    settle()
 
     async def go() -> RunResult:
         # SIGTERM stops the run the way Ctrl-C does: steps killed, the run recorded cancelled.

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from brain.cli import silence
-from brain.runner.events import StepEvent
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from brain.results import RunResult
+    from brain.runner.events import StepEvent
     from brain.workflow import Workflow
 
 
@@ -133,6 +134,12 @@ def run_summary(result: RunResult) -> None:
               + f"  [dim](brain show {result.run_id[:12]})[/]")
 
 
+def _table() -> Table:
+    from rich.table import Table  # only the commands that print tables need it
+
+    return Table(box=None, pad_edge=False)
+
+
 def _when(t: datetime | None) -> str:
     return t.astimezone().strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
@@ -142,7 +149,7 @@ def runs_table(results: list[RunResult]) -> None:
     if not results:
         err.print("no runs")
         return
-    table = Table(box=None, pad_edge=False)
+    table = _table()
     for col in ("run", "workflow", "status", "event", "started", "took", "error"):
         table.add_column(col)
     for r in results:
@@ -164,7 +171,7 @@ def run_detail(r: RunResult) -> None:
     out.print(f"created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}")
     if r.error:
         out.print(f"[red]error:[/] {escape(r.error)}")
-    table = Table(box=None, pad_edge=False)
+    table = _table()
     for col in ("step", "kind", "status", "tries", "took", "output / error"):
         table.add_column(col)
     for s in r.steps.values():

@@ -8,7 +8,6 @@ workflow has an LLM step.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import time
@@ -64,6 +63,8 @@ def _retry_after(value: str | None) -> float | None:
     try:
         seconds = float(value)
     except ValueError:
+        import email.utils  # an HTTP date: rare, and email is a dozen modules
+
         try:
             when = email.utils.parsedate_to_datetime(value)
         except (ValueError, TypeError):  # neither seconds nor a date: ignore it

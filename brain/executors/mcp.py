@@ -18,9 +18,7 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import signal
-import tempfile
 from typing import Any
 
 from brain._errors import StepFailed, innermost
@@ -96,6 +94,9 @@ class McpExecutor:
     async def execute(self, spec: McpStepSpec, prepared: PreparedStep,
                       ctx: StepContext) -> StepOutput:
         """Spawn, initialize, call the tool once, stop the server; return the tool's output."""
+        import shutil
+        import tempfile
+
         import mcp_types as types
         from mcp import StdioServerParameters
         from mcp.client.stdio import get_default_environment
