@@ -7,7 +7,7 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Any
 
 from brain._version import __version__
 
@@ -24,7 +24,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="brain", description="The Brain: workflows as Python functions.")
     parser.add_argument("--version", action="version", version=f"brain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _workflow_commands(sub)
+    _serving_commands(sub)
+    _run_commands(sub)
+    _tool_commands(sub)
+    return parser
 
+
+def _workflow_commands(sub: Any) -> None:
+    """``run``, ``check``, ``graph``: commands about workflow files."""
     p = sub.add_parser("run", help="run a workflow now, with live step progress")
     p.add_argument("target", metavar="PATH[:WORKFLOW]",
                    help="a workflow file, or a folder holding one workflow (or named by :WORKFLOW)")
@@ -40,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a workflow file, or a folder holding one workflow (or named by :WORKFLOW)")
     p.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
 
+
+def _serving_commands(sub: Any) -> None:
+    """``serve`` and ``worker``: processes that execute queued runs."""
     p = sub.add_parser("serve", help="API, web page, schedules, webhooks, watchers and executors")
     p.add_argument("paths", nargs="*", metavar="PATH", help="workflow files or folders (default: .)")
     p.add_argument("--host", default="127.0.0.1")
@@ -52,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="PATH", help="workflow files or folders (default: .)")
     p.add_argument("--concurrency", type=int, default=None)
 
+
+def _run_commands(sub: Any) -> None:
+    """``runs``, ``show``, ``cancel``, ``workers``, ``retry``, ``prune``: the record."""
     p = sub.add_parser("runs", help="list recent runs")
     p.add_argument("--workflow", default=None)
     p.add_argument("--status", default=None,
@@ -76,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="delete finished runs older than AGE (e.g. 30d, 12h)")
     p.add_argument("--older-than", required=True, metavar="AGE")
 
+
+def _tool_commands(sub: Any) -> None:
+    """``mcp tools`` and ``db upgrade``."""
     p = sub.add_parser("mcp", help="MCP servers")
     mcpsub = p.add_subparsers(dest="mcp_command", metavar="ACTION", parser_class=_Parser)
     t = mcpsub.add_parser("tools", help="list a server's tools and their input schemas",
@@ -86,7 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("db", help="database schema")
     dbsub = p.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
     dbsub.add_parser("upgrade", help="create or upgrade the schema to this version")
-    return parser
 
 
 def silence(stream: IO[str]) -> None:

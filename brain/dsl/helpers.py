@@ -187,25 +187,9 @@ def _nested_literal(tracer: Tracer, step: str, key: str, value: object) -> objec
     raise tracer.error(step, f"args[{key!r}]: {type(value).__name__} is not JSON data")
 
 
-def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
-             args: Mapping[str, object] | None = None, env: Mapping[str, object] | None = None,
-             timeout_seconds: float | None = 30, retries: int = 0, retry_delay_seconds: float = 1.0,
-             max_output_bytes: int | None = None, after: Sequence[object] | None = None,
-        when: object = None) -> StepNode:
-    """Call one tool on an MCP server started on stdio for this step alone.
-
-    ``server_command`` is split into words now, like a shell would (no shell
-    runs); a placeholder fills its own word and never adds words. Top-level
-    string values of ``args`` are substituted; other values keep their types.
-
-    >>> notes = mcp_tool("recall", server_command="python -m memory_vault.mcp",  # doctest: +SKIP
-    ...                  tool="recall", args={"query": trigger.body, "limit": 10})
-    """
-    tracer = require_tracer("mcp_tool")
-    name = tracer.check_name(name)
-    refs: list[str] = []
-    opts = common_options(tracer, name, timeout_seconds, retries, retry_delay_seconds,
-                          max_output_bytes)
+def _server_words(tracer: Tracer, name: str, server_command: object, refs: list[str]) -> list[str]:
+    """``server_command`` as the words of the program to start (templates in all but the
+    first, which must be written literally), checked like ``argv=``."""
     if isinstance(server_command, str):
         try:
             words = shlex.split(server_command)
@@ -228,6 +212,29 @@ def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
     problem = shell_check.argv_problem(words)
     if problem:
         raise tracer.error(name, f"server_command: {problem}")
+    return words
+
+
+def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
+             args: Mapping[str, object] | None = None, env: Mapping[str, object] | None = None,
+             timeout_seconds: float | None = 30, retries: int = 0, retry_delay_seconds: float = 1.0,
+             max_output_bytes: int | None = None, after: Sequence[object] | None = None,
+             when: object = None) -> StepNode:
+    """Call one tool on an MCP server started on stdio for this step alone.
+
+    ``server_command`` is split into words now, like a shell would (no shell
+    runs); a placeholder fills its own word and never adds words. Top-level
+    string values of ``args`` are substituted; other values keep their types.
+
+    >>> notes = mcp_tool("recall", server_command="python -m memory_vault.mcp",  # doctest: +SKIP
+    ...                  tool="recall", args={"query": trigger.body, "limit": 10})
+    """
+    tracer = require_tracer("mcp_tool")
+    name = tracer.check_name(name)
+    refs: list[str] = []
+    opts = common_options(tracer, name, timeout_seconds, retries, retry_delay_seconds,
+                          max_output_bytes)
+    words = _server_words(tracer, name, server_command, refs)
     if not isinstance(tool, str) or not tool:
         raise tracer.error(name, "tool must be the tool's name, a non-empty string")
     if placeholders.has_placeholders(tool):
@@ -246,6 +253,6 @@ def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
     env_values = _env_templates(tracer, name, env, refs)
     after_names = tracer.after_names(name, after)
     spec = McpStepSpec(
-        name=name, **tracer.placement(name, refs, after_names, when), server_command=tuple(words), tool=tool,
-        args=arg_values, env=env_values, **opts)  # type: ignore[arg-type]
+        name=name, **tracer.placement(name, refs, after_names, when),
+        server_command=tuple(words), tool=tool, args=arg_values, env=env_values, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)

@@ -94,22 +94,15 @@ class McpExecutor:
     async def execute(self, spec: McpStepSpec, prepared: PreparedStep,
                       ctx: StepContext) -> StepOutput:
         """Spawn, initialize, call the tool once, stop the server; return the tool's output."""
-        import shutil
         import tempfile
 
-        import mcp_types as types
         from mcp import StdioServerParameters
         from mcp.client.stdio import get_default_environment
 
         words: list[str] = prepared.payload["words"]
         env = get_default_environment() | prepared.payload["env"] | run_marker(ctx)
         program = words[0]
-        if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
-            raise StepFailed(f"cannot start the MCP server: {program!r} is not on PATH",
-                             retryable=False)
-        if os.sep in program and not os.access(os.path.join(ctx.workflow_dir, program), os.X_OK):
-            raise StepFailed(f"cannot start the MCP server: {program!r} does not exist or is not "
-                             f"executable", retryable=False)
+        _check_program(program, env.get("PATH"), ctx.workflow_dir)
         with tempfile.TemporaryDirectory(prefix="brain-mcp-") as tmp:
             os.mkfifo(os.path.join(tmp, "gate"), 0o600)
             params = StdioServerParameters(
@@ -154,20 +147,39 @@ class McpExecutor:
                         await asyncio.shield(kill_group(pgid))
                 stderr = _tail(errlog)
             code = _read_int(os.path.join(tmp, "exit"))
-        if error is not None:
-            closed = error.code == types.CONNECTION_CLOSED
-            if closed or (result is None and code not in (None, 0)):
-                last = (stderr or "").strip().splitlines()
-                why = _exit_reason(code) if code is not None else "its connection closed"
-                raise StepFailed(f"the MCP server exited before answering ({why})"
-                                 + (f": {cut(last[-1], 500)}" if last else ""), stderr=stderr)
-            raise StepFailed(f"the MCP server answered with an error ({error.code}): "
-                             f"{error.message}", stderr=stderr)
-        if result.is_error:
-            texts = [b.text for b in result.content if getattr(b, "type", None) == "text"]
-            raise StepFailed(texts[0] if texts else f"the tool reported an error: {tool_output(result)}",
-                             stderr=stderr)
-        return StepOutput(output=tool_output(result), stderr=stderr)
+        return _answer(result, error, code, stderr)
+
+
+def _check_program(program: str, path: str | None, workflow_dir: str) -> None:
+    """:class:`StepFailed` (not worth retrying) unless ``program`` can be started."""
+    import shutil
+
+    if os.sep not in program and shutil.which(program, path=path) is None:
+        raise StepFailed(f"cannot start the MCP server: {program!r} is not on PATH",
+                         retryable=False)
+    if os.sep in program and not os.access(os.path.join(workflow_dir, program), os.X_OK):
+        raise StepFailed(f"cannot start the MCP server: {program!r} does not exist or is not "
+                         f"executable", retryable=False)
+
+
+def _answer(result: Any, error: Any, code: int | None, stderr: str | None) -> StepOutput:
+    """The tool's output, or :class:`StepFailed` saying how the server or the tool failed."""
+    import mcp_types as types
+
+    if error is not None:
+        closed = error.code == types.CONNECTION_CLOSED
+        if closed or (result is None and code not in (None, 0)):
+            last = (stderr or "").strip().splitlines()
+            why = _exit_reason(code) if code is not None else "its connection closed"
+            raise StepFailed(f"the MCP server exited before answering ({why})"
+                             + (f": {cut(last[-1], 500)}" if last else ""), stderr=stderr)
+        raise StepFailed(f"the MCP server answered with an error ({error.code}): "
+                         f"{error.message}", stderr=stderr)
+    if result.is_error:
+        texts = [b.text for b in result.content if getattr(b, "type", None) == "text"]
+        raise StepFailed(texts[0] if texts else f"the tool reported an error: {tool_output(result)}",
+                         stderr=stderr)
+    return StepOutput(output=tool_output(result), stderr=stderr)
 
 
 async def _converse(params: Any, errlog: Any, tool: str,

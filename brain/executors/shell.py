@@ -126,19 +126,23 @@ class ShellExecutor:
             raise
         finally:
             _close_pipes(proc)
-        err_tail = tail_text(bytes(stderr.data))
-        if stdout.size > limit:
-            raise StepFailed(f"output is larger than max_output_bytes ({limit} bytes)",
-                             stderr=err_tail, retryable=False)
-        code = proc.returncode
-        if code != 0:
-            reason = f"exit code {code}" if code is not None and code > 0 else \
-                f"killed by signal {-(code or 0)}"
-            last = (err_tail or "").strip().splitlines()
-            raise StepFailed(f"command failed with {reason}" + (f": {cut(last[-1], 500)}" if last else ""),
-                             stderr=err_tail)
-        out = bytes(stdout.data).decode("utf-8", errors="replace").rstrip("\n")
-        return StepOutput(output=out, stderr=err_tail)
+        return _outcome(proc.returncode, stdout, stderr, limit)
+
+
+def _outcome(code: int | None, stdout: _Collector, stderr: _Collector, limit: int) -> StepOutput:
+    """The ended process's output, or :class:`StepFailed` saying why it failed."""
+    err_tail = tail_text(bytes(stderr.data))
+    if stdout.size > limit:
+        raise StepFailed(f"output is larger than max_output_bytes ({limit} bytes)",
+                         stderr=err_tail, retryable=False)
+    if code != 0:
+        reason = f"exit code {code}" if code is not None and code > 0 else \
+            f"killed by signal {-(code or 0)}"
+        last = (err_tail or "").strip().splitlines()
+        raise StepFailed(f"command failed with {reason}" + (f": {cut(last[-1], 500)}" if last else ""),
+                         stderr=err_tail)
+    out = bytes(stdout.data).decode("utf-8", errors="replace").rstrip("\n")
+    return StepOutput(output=out, stderr=err_tail)
 
 
 def _close_stdin(proc: asyncio.subprocess.Process) -> None:
