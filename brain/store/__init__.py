@@ -1,4 +1,5 @@
-"""The run store: runs and steps through SQLAlchemy (SQLite by default, PostgreSQL too)."""
+"""The run store: runs and steps in SQLite (by default, through ``sqlite3``) or PostgreSQL
+(through SQLAlchemy and asyncpg)."""
 
 from brain.store.store import Store, default_url
 

@@ -7,55 +7,26 @@ both.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from brain._clock import utcnow
-from brain._errors import LeaseLost, RunNotFound, StoreError
-from brain.results import (
-    FINISHED_RUN,
-    RunResult,
-    RunStatus,
-    StepResult,
-    StepStatus,
-    TriggerData,
-    clean_text,
-    step_order,
-)
-from brain.store.base import QueuedRun, RunRecord, StepProcess, stored_trigger
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData, clean_text
+from brain.store.base import QueuedRun, RunRecord, StepProcess
+from brain.store.memory_queue import MemoryQueue
+from brain.store.memory_state import MemoryStep, as_json, as_stored, run_result
+
+__all__ = ["MemoryStore"]
 
 
-@dataclass
-class _Step:
-    name: str
-    kind: str
-    position: int
-    status: str = StepStatus.PENDING.value
-    tries: int = 0
-    inputs: dict[str, Any] | None = None
-    output: str | None = None
-    error: str | None = None
-    stderr: str | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    process: StepProcess | None = None
+class MemoryStore(MemoryQueue):
+    """A private store that lives as long as the object (see :class:`RunStore`); every
+    method of :class:`brain.store.Store` behaves the same here.
 
-
-@dataclass
-class _Run:
-    record: RunRecord
-    steps: dict[str, _Step] = field(default_factory=dict)
-
-
-class MemoryStore:
-    """A private store that lives as long as the object (see :class:`RunStore`)."""
-
-    def __init__(self, *, opened: bool = False) -> None:
-        self._runs: dict[str, _Run] = {}
-        self._open = opened
+    Unlike the SQL stores, it answers after :meth:`close` (a test may read a run
+    after it ended).
+    """
 
     @property
     def is_open(self) -> bool:
@@ -85,22 +56,6 @@ class MemoryStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _run(self, run_id: str) -> _Run:
-        run = self._runs.get(run_id)
-        if run is None:
-            raise RunNotFound(f"no run {run_id!r}")
-        return run
-
-    def _set(self, run: _Run, **changes: Any) -> None:
-        run.record = replace(run.record, **changes)
-
-    def _leased(self, run_id: str, owner: str | None) -> _Run:
-        """The run, checking that ``owner`` (when given) still holds its lease."""
-        run = self._run(run_id)
-        if owner is not None and run.record.lease_owner != owner:
-            raise LeaseLost("this executor no longer holds the run's lease")
-        return run
-
     # --- writing -------------------------------------------------------------
 
     async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
@@ -108,18 +63,12 @@ class MemoryStore:
                          owner: str | None = None, lease_seconds: float = 30,
                          previous_run_id: str | None = None) -> datetime:
         """Record a run (``running`` under ``owner``'s lease, else ``queued``)."""
-        if run_id in self._runs:
-            raise StoreError(f"run {run_id} already exists")
         now = utcnow()
-        trigger = stored_trigger(trigger)
-        record = RunRecord(
-            id=run_id, workflow=workflow, definition_hash=definition_hash,
-            status=RunStatus.RUNNING.value if owner else RunStatus.QUEUED.value, trigger=trigger,
-            error=None, previous_run_id=previous_run_id, created_at=now,
-            started_at=now if owner else None, ended_at=None, cancel_requested=False,
-            lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds) if owner else None)
-        self._runs[run_id] = _Run(record, {name: _Step(name, kind, i)
-                                           for i, (name, kind) in enumerate(step_rows)})
+        leased: dict[str, Any] = {} if owner is None else {
+            "status": RunStatus.RUNNING.value, "started_at": now, "lease_owner": owner,
+            "lease_expires_at": now + timedelta(seconds=lease_seconds)}
+        self._keep(self._new_run(run_id, workflow, definition_hash, trigger, step_rows,
+                                 previous_run_id=previous_run_id, created_at=now, **leased))
         return now
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
@@ -156,8 +105,8 @@ class MemoryStore:
                            tries: int, started_at: datetime, owner: str | None = None) -> None:
         """Mark a step ``running``."""
         step = self._leased(run_id, owner).steps[name]
-        step.status, step.inputs, step.tries = StepStatus.RUNNING.value, copy.deepcopy(inputs), tries
-        step.started_at, step.ended_at, step.error = started_at, None, None
+        step.status, step.inputs, step.tries = StepStatus.RUNNING.value, as_json(inputs), tries
+        step.started_at, step.ended_at, step.error = as_stored(started_at), None, None
 
     async def step_finished(self, run_id: str, name: str, *, status: StepStatus, tries: int,
                             ended_at: datetime, output: str | None = None,
@@ -166,12 +115,12 @@ class MemoryStore:
                             started_at: datetime | None = None, owner: str | None = None) -> None:
         """Record a step's end."""
         step = self._leased(run_id, owner).steps[name]
-        step.status, step.tries, step.ended_at = status.value, tries, ended_at
+        step.status, step.tries, step.ended_at = status.value, tries, as_stored(ended_at)
         step.output, step.error, step.stderr = clean_text(output), clean_text(error), clean_text(stderr)
         if inputs is not None:
-            step.inputs = copy.deepcopy(inputs)
+            step.inputs = as_json(inputs)
         if started_at is not None:
-            step.started_at = started_at
+            step.started_at = as_stored(started_at)
 
     async def step_process(self, run_id: str, process: StepProcess, *,
                            owner: str | None = None) -> None:
@@ -184,19 +133,20 @@ class MemoryStore:
         run, now = self._leased(run_id, owner), utcnow()
         for name in names:
             step = run.steps[name]
-            step.status, step.ended_at, step.error = status.value, now, error
+            step.status, step.ended_at, step.error = status.value, now, clean_text(error)
 
     async def add_steps(self, run_id: str, rows: Sequence[tuple[str, str, int]], *,
                         owner: str | None = None) -> None:
         """Add pending steps ``(name, kind, position)`` a run does not have yet."""
         run = self._leased(run_id, owner)
         for name, kind, position in rows:
-            run.steps.setdefault(name, _Step(name, kind, position))
+            run.steps.setdefault(name, MemoryStep(name, kind, position))
 
     async def end_unfinished_steps(self, run_id: str, *, pending: StepStatus,
                                    error: str | None = None, owner: str | None = None) -> None:
         """End every step still ``running`` (``cancelled``) or ``pending`` (``pending``)."""
         run, now = self._leased(run_id, owner), utcnow()
+        error = clean_text(error)
         for step in run.steps.values():
             if step.status == StepStatus.RUNNING.value:
                 step.status, step.ended_at, step.error = StepStatus.CANCELLED.value, now, error
@@ -220,21 +170,19 @@ class MemoryStore:
         if any(s.status != StepStatus.PENDING.value or s.tries for s in run.steps.values()):
             return False
         self._set(run, definition_hash=definition_hash)
-        run.steps = {name: _Step(name, kind, i) for i, (name, kind) in enumerate(step_rows)}
+        run.steps = {name: MemoryStep(name, kind, i) for i, (name, kind) in enumerate(step_rows)}
         return True
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,
                          then_queue: Sequence[QueuedRun] = ()) -> datetime:
-        """Record the run's end and release its lease; queue ``then_queue`` with it."""
+        """Record the run's end and release its lease; queue ``then_queue`` with it (all or
+        nothing: a handler's run id that exists already changes nothing)."""
         now = utcnow()
-        self._set(self._leased(run_id, owner), status=status.value, error=clean_text(error),
-                  ended_at=now,
+        run = self._leased(run_id, owner)
+        self._keep(*self._handlers(then_queue))
+        self._set(run, status=status.value, error=clean_text(error), ended_at=now,
                   lease_owner=None, lease_expires_at=None)
-        for queued in then_queue:
-            await self.create_run(run_id=queued.run_id, workflow=queued.workflow,
-                                  definition_hash=queued.definition_hash, trigger=queued.trigger,
-                                  step_rows=queued.step_rows)
         return now
 
     async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
@@ -244,7 +192,7 @@ class MemoryStore:
 
         run = self._run(await self.resolve_id(run_id))
         if run.record.status in FINISHED_RUN:
-            return _result(run, with_steps=False), False
+            return run_result(run, with_steps=False), False
         self._set(run, cancel_requested=True)
         now = utcnow()
         r = run.record
@@ -258,33 +206,28 @@ class MemoryStore:
                 if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value):
                     step.status, step.ended_at = StepStatus.CANCELLED.value, now
                     step.error = "cancelled"
-        return _result(run, with_steps=False), True
+        return run_result(run, with_steps=False), True
 
     async def prune(self, finished_before: datetime) -> int:
-        """Delete finished runs that ended before ``finished_before``."""
+        """Delete finished runs that ended before ``finished_before``, fire records claimed
+        before it (each trigger's latest is kept) and workers silent since; how many runs."""
         old = [rid for rid, run in self._runs.items()
                if run.record.status in FINISHED_RUN and run.record.ended_at is not None
                and run.record.ended_at < finished_before]
         for rid in old:
             del self._runs[rid]
+        self._prune_fires_and_workers(finished_before)
         return len(old)
 
     # --- reading -------------------------------------------------------------
 
     async def resolve_id(self, run_id: str) -> str:
         """The full id of the one run whose id is or starts with ``run_id``."""
-        if not run_id or not all(c in "0123456789abcdef" for c in run_id.lower()):
-            raise RunNotFound(f"no run {run_id!r}: run ids are hexadecimal")
-        found = [rid for rid in self._runs if rid.startswith(run_id.lower())]
-        if not found:
-            raise RunNotFound(f"no run {run_id!r}")
-        if len(found) > 1:
-            raise RunNotFound(f"run id prefix {run_id!r} is ambiguous: give more characters")
-        return found[0]
+        return self._resolve(run_id)
 
     async def get_run(self, run_id: str, *, with_steps: bool = True) -> RunResult:
         """One run by id or unique prefix, with its steps in call order."""
-        return _result(self._run(await self.resolve_id(run_id)), with_steps=with_steps)
+        return run_result(self._run(await self.resolve_id(run_id)), with_steps=with_steps)
 
     async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
                         limit: int = 20, event: str | None = None,
@@ -295,7 +238,7 @@ class MemoryStore:
                 and (not status or r.record.status == status)
                 and (not event or r.record.trigger.event == event)]
         runs.sort(key=lambda r: r.record.created_at, reverse=True)
-        return [_result(r, with_steps=False) for r in runs[offset:offset + limit]]
+        return [run_result(r, with_steps=False) for r in runs[offset:offset + limit]]
 
     async def run_row(self, run_id: str) -> RunRecord | None:
         """The run's own record."""
@@ -335,15 +278,3 @@ class MemoryStore:
                 if r.record.status == RunStatus.RUNNING.value
                 and r.record.lease_expires_at is not None and r.record.lease_expires_at < now]
 
-
-def _result(run: _Run, *, with_steps: bool) -> RunResult:
-    r = run.record
-    steps = {} if not with_steps else {
-        s.name: StepResult(name=s.name, kind=s.kind, status=StepStatus(s.status),
-                           inputs=copy.deepcopy(s.inputs) if s.inputs else {}, output=s.output,
-                           error=s.error, tries=s.tries, stderr=s.stderr, started_at=s.started_at,
-                           ended_at=s.ended_at)
-        for s in sorted(run.steps.values(), key=lambda s: step_order(s.name, s.position))}
-    return RunResult(run_id=r.id, workflow=r.workflow, status=RunStatus(r.status), error=r.error,
-                     trigger=r.trigger, created_at=r.created_at, started_at=r.started_at,
-                     ended_at=r.ended_at, previous_run_id=r.previous_run_id, steps=steps)

@@ -1,4 +1,8 @@
-"""Schema versions: check the database is current; upgrade it with Alembic."""
+"""Schema versions: check the database is current; upgrade it with Alembic.
+
+Checking needs no SQLAlchemy (a backend reads the revision its own way);
+upgrading imports SQLAlchemy and Alembic.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from brain._errors import StoreError
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-from brain._errors import StoreError
-from brain.store.tables import SCHEMA_REVISION
+#: The Alembic revision this code expects; a test checks it is the migrations' head.
+SCHEMA_REVISION = "0005"
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -88,7 +91,11 @@ Migrator = Callable[[], Awaitable[None]]
 
 
 def revision_of(conn: Connection) -> str | None:
-    """The revision the database behind ``conn`` is at, or ``None`` for an empty database."""
+    """The revision the database behind ``conn`` (SQLAlchemy's) is at, or ``None`` for an
+    empty database."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
     try:
         value = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
     except DBAPIError:  # no such table: a new database

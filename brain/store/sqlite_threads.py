@@ -18,7 +18,8 @@ is written alone. A busy database is retried for up to
 Reads go through a second thread with its own connection (WAL lets them run
 while the writer writes), so no async driver sits between the store and
 ``sqlite3``. An in-memory database has one thread for both: it is one
-connection.
+connection. Jobs get the plain ``sqlite3`` connection (autocommit: the only
+transactions are the ``BEGIN IMMEDIATE``/``COMMIT`` written here).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -33,16 +35,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import URL, Connection
-from sqlalchemy.pool import NullPool
-
 from brain._errors import StoreError
 from brain.store.errors import RETRY_SECONDS, short, transient
 
 log = logging.getLogger("brain.store")
 
-Job = Callable[[Connection], Any]
+Job = Callable[[sqlite3.Connection], Any]
 
 
 @dataclass
@@ -58,16 +56,12 @@ class _Queued:
 class SqliteThread:
     """A thread that owns one connection to a SQLite database and runs jobs on it in order.
 
-    ``configure`` is called with the synchronous engine before the first
-    connection opens (to set the database's pragmas).
+    ``connect`` opens that connection (in the thread, on its first job: set up
+    with the database's pragmas, in autocommit mode).
     """
 
-    def __init__(self, url: URL, configure: Callable[[Engine], None], *, name: str) -> None:
-        # The file through the standard library's sqlite3 (no async driver in between);
-        # autocommit, so the only transactions are the BEGIN/COMMIT written here.
-        self._engine = create_engine(url.set(drivername="sqlite"), poolclass=NullPool,
-                                     isolation_level="AUTOCOMMIT")
-        configure(self._engine)
+    def __init__(self, connect: Callable[[], sqlite3.Connection], *, name: str) -> None:
+        self._open_connection = connect
         self._jobs: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._started = False
@@ -98,19 +92,18 @@ class SqliteThread:
         if self._started:
             self._jobs.put(None)
             await asyncio.to_thread(self._thread.join)
-        self._engine.dispose()
 
     # --- in the thread ---
 
     def _serve(self) -> None:
-        conn: Connection | None = None
+        conn: sqlite3.Connection | None = None
         try:
             while True:
                 first = self._jobs.get()
                 if first is None:
                     return
                 batch, stop = _drain(first, self._jobs)
-                if conn is None or conn.closed or conn.invalidated:
+                if conn is None:
                     conn = self._connect(batch)
                 if conn is not None:
                     self._run_batch(conn, batch)
@@ -124,16 +117,16 @@ class SqliteThread:
                 except Exception:  # closing a broken connection
                     pass
 
-    def _connect(self, batch: list[_Queued]) -> Connection | None:
+    def _connect(self, batch: list[_Queued]) -> sqlite3.Connection | None:
         try:
-            conn: Connection = _retrying(self._engine.connect)
+            conn: sqlite3.Connection = _retrying(self._open_connection)
         except Exception as exc:  # every caller is told
             for item in batch:
                 item.failed = exc
             return None
         return conn
 
-    def _run_batch(self, conn: Connection, batch: list[_Queued]) -> None:
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Queued]) -> None:
         """In order: consecutive writes share a commit; a read runs after the writes queued
         before it are committed."""
         writes: list[_Queued] = []
@@ -165,7 +158,7 @@ def _drain(first: _Queued, jobs: queue.SimpleQueue[_Queued | None]) -> tuple[lis
         batch.append(more)
 
 
-def _commit(conn: Connection, writes: list[_Queued]) -> None:
+def _commit(conn: sqlite3.Connection, writes: list[_Queued]) -> None:
     try:
         outcomes = _retrying(partial(_transaction, conn, [item.job for item in writes]))
     except Exception as exc:  # decided below, per job
@@ -185,16 +178,16 @@ def _commit(conn: Connection, writes: list[_Queued]) -> None:
         item.outcome = outcome
 
 
-def _transaction(conn: Connection, jobs: list[Job]) -> list[Any]:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+def _transaction(conn: sqlite3.Connection, jobs: list[Job]) -> list[Any]:
+    conn.execute("BEGIN IMMEDIATE")
     try:
         outcomes = [job(conn) for job in jobs]
-        conn.exec_driver_sql("COMMIT")
+        conn.execute("COMMIT")
     except BaseException:
         # Never leave the connection inside an open transaction (a COMMIT that met a
         # busy database included).
         try:
-            conn.exec_driver_sql("ROLLBACK")
+            conn.execute("ROLLBACK")
         except Exception:  # nothing was open
             pass
         raise

@@ -1,4 +1,6 @@
-"""The database tables (SQLAlchemy Core). Alembic migrations in ``migrations/`` create them."""
+"""The database tables (SQLAlchemy Core): what Alembic's migrations in ``migrations/`` create
+and are checked against, and what tools and tests may query with SQLAlchemy. The store's own
+statements are SQL text (:mod:`brain.store.queries`) and do not import this module."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-#: The Alembic revision this code expects; a test checks it is the migrations' head.
-SCHEMA_REVISION = "0005"
+from brain.store.schema import SCHEMA_REVISION
+
+__all__ = ["SCHEMA_REVISION", "fires", "metadata", "runs", "steps", "workers"]
 
 metadata = MetaData()
 
@@ -34,6 +37,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        """The value written: UTC (naive on SQLite, as :mod:`brain.store.sqlite` writes it)."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -42,6 +46,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """The value read: aware, in UTC."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -57,6 +62,7 @@ class StoredText(TypeDecorator[str]):
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        """The value written: NUL as U+FFFD on PostgreSQL."""
         if value is not None and dialect.name == "postgresql" and "\x00" in value:
             return value.replace("\x00", "\ufffd")
         return value

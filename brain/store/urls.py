@@ -1,14 +1,25 @@
-"""Database URLs: the default, and the forms that are safe to show."""
+"""Database URLs: the default, the forms that are safe to show, and what a SQLite URL names.
+
+A plain SQLite URL (the default, ``sqlite+aiosqlite:///brain.db``) is read here
+without SQLAlchemy; anything else (a password, a query, a server) goes through
+SQLAlchemy's URL parser, imported then.
+"""
 
 from __future__ import annotations
 
 import os
-
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote
 
 DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
 _PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "sslkey_password")
+# A URL SQLAlchemy would render as it is written: no user part, no query, nothing quoted.
+_PLAIN = re.compile(r"[\w+]+://[\w./ -]*", re.ASCII)
+_SCHEME = re.compile(r"([\w+]+)://")
+# What the sqlite3 module itself takes from a URL's query (as SQLAlchemy's pysqlite does).
+_DRIVER_OPTIONS = ("uri", "timeout", "isolation_level", "detect_types", "check_same_thread",
+                   "cached_statements")
 
 
 def default_url() -> str:
@@ -16,14 +27,59 @@ def default_url() -> str:
     return os.environ.get("BRAIN_DATABASE_URL") or DEFAULT_URL
 
 
+def driver_name(url: str) -> str | None:
+    """The URL's scheme (``sqlite+aiosqlite``, ``postgresql``...), or ``None`` when it is
+    not a database URL."""
+    found = _SCHEME.match(url)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class SqliteFile:
+    """What a SQLite URL names: a file (or a ``file:`` URI), or an in-memory database."""
+
+    #: The database as SQLite opens it (an absolute path, a URI, or ``:memory:``).
+    filename: str
+    #: The database part of the URL as written (``""`` for none): what start-up checks read.
+    database: str
+    uri: bool
+
+    @property
+    def memory(self) -> bool:
+        """Whether the database lives in memory (one connection's, gone when it closes)."""
+        return self.filename == ":memory:"
+
+
+def sqlite_file(url: str) -> SqliteFile:
+    """What a SQLite URL names (read as SQLAlchemy's pysqlite dialect reads it)."""
+    rest = url.partition("://")[2]
+    rest, _, query = rest.partition("?")
+    database = unquote(rest.partition("/")[2])
+    options = dict(parse_qsl(query))
+    uri = options.get("uri", "").lower() in ("true", "1", "yes", "on")
+    if uri:
+        extra = {k: v for k, v in options.items() if k not in _DRIVER_OPTIONS}
+        filename = database + ("?" + "&".join(f"{k}={extra[k]}" for k in sorted(extra))
+                               if extra else "")
+        return SqliteFile(filename, database, True)
+    if not database or database == ":memory:":
+        return SqliteFile(":memory:", database, False)
+    return SqliteFile(os.path.abspath(database), database, False)
+
+
 def redact_url(url: str) -> str:
     """``url`` with any password, in its user part or its query, shown as ``***``."""
+    if _PLAIN.fullmatch(url):
+        return url
     unescaped = _unescaped_at(url)
     if unescaped is not None:  # hide everything up to the last @; the query is not shown
         user, _, host = unescaped
         scheme, _, rest = url.partition("://")
         authority = rest.split("/", 1)[0].split("?", 1)[0]
         return f"{scheme}://{user}:***@{host}" + rest[len(authority):].split("?", 1)[0]
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -47,6 +103,11 @@ def _unescaped_at(url: str) -> tuple[str, str, str] | None:
 
 def url_passwords(url: str) -> list[str]:
     """Every password written in a database URL (user part and query)."""
+    if "@" not in url and "?" not in url:
+        return []
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:

@@ -1,0 +1,179 @@
+"""Every statement the store runs, as SQL text, written once for both databases.
+
+Parameters are named (``:name``: what ``sqlite3`` and SQLAlchemy's ``text()``
+both take). The few places where the databases differ are ``{slots}`` a
+backend's :class:`~brain.store.backend.Dialect` fills in: the lease clock
+(``{lease_now}``, ``{lease_until}``, ``{lease_past}``) and the queue pick's
+``{skip_locked}``. Upserts are ``INSERT ... ON CONFLICT``, which both speak.
+Status values are written as the literals of :mod:`brain.results`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "trigger_body",
+               "trigger_path", "trigger_headers", "error", "previous_run_id", "created_at",
+               "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
+               "trigger_key", "delivery_id", "retry_of")
+STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
+                "error", "stderr", "started_at", "ended_at")
+FINISHED = "('succeeded', 'failed', 'cancelled')"
+
+
+def in_list(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """``(:name0, :name1, ...)`` and its parameters: a list both databases take as text."""
+    params = {f"{name}{i}": value for i, value in enumerate(values)}
+    return "(" + ", ".join(f":{key}" for key in params) + ")", params
+
+
+def _insert(table: str, columns: Sequence[str], **exprs: str) -> str:
+    values = ", ".join(exprs.get(c, f":{c}") for c in columns)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values})"
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+INSERT_RUN = _insert("brain_runs", RUN_COLUMNS)
+#: A run that starts ``running`` under a lease, timed by the lease clock.
+INSERT_LEASED_RUN = _insert("brain_runs", RUN_COLUMNS, lease_expires_at="{lease_until}")
+SELECT_RUN = f"SELECT {', '.join(RUN_COLUMNS)} FROM brain_runs"
+RUN_BY_ID = SELECT_RUN + " WHERE id = :run_id"
+RUN_IDS_LIKE = "SELECT id FROM brain_runs WHERE id LIKE :pattern LIMIT 2"
+
+CLAIM_RUN = (
+    "UPDATE brain_runs SET status = 'running', lease_owner = :owner, "
+    "lease_expires_at = {lease_until}, started_at = COALESCE(started_at, :now) "
+    "WHERE id = :run_id AND (status = 'queued' OR (status = 'running' AND "
+    "(lease_expires_at IS NULL OR lease_expires_at < {lease_now})))")
+SET_PREVIOUS = "UPDATE brain_runs SET previous_run_id = :previous WHERE id = :run_id"
+RENEW_LEASE = ("UPDATE brain_runs SET lease_expires_at = {lease_until} "
+               "WHERE id = :run_id AND lease_owner = :owner")
+LEASE_AND_CANCEL = "SELECT lease_owner, cancel_requested FROM brain_runs WHERE id = :run_id"
+#: Changes nothing; counts one row while ``:owner`` holds the run's lease.
+HOLDS_LEASE = ("UPDATE brain_runs SET lease_owner = :owner "
+               "WHERE id = :run_id AND lease_owner = :owner")
+SET_DEFINITION = ("UPDATE brain_runs SET definition_hash = :definition_hash "
+                  "WHERE id = :run_id AND lease_owner = :owner")
+FINISH_RUN = ("UPDATE brain_runs SET status = :status, error = :error, ended_at = :now, "
+              "lease_owner = NULL, lease_expires_at = NULL WHERE id = :run_id")
+OWNED = " AND lease_owner = :owner"
+
+REQUEST_CANCEL = "UPDATE brain_runs SET cancel_requested = :yes WHERE id = :run_id"
+_CANCEL = ("UPDATE brain_runs SET status = 'cancelled', error = 'cancelled', ended_at = :now, "
+           "lease_owner = NULL, lease_expires_at = NULL WHERE id = :run_id AND ")
+CANCEL_QUEUED = _CANCEL + "status = 'queued'"
+#: A running run nobody executes: the owner read before, unchanged (``:owner`` or none).
+CANCEL_ABANDONED = _CANCEL + "status = 'running' AND lease_owner = :owner"
+CANCEL_ABANDONED_UNOWNED = _CANCEL + "status = 'running' AND lease_owner IS NULL"
+LEASE_RAN_OUT = " AND (lease_expires_at IS NULL OR lease_expires_at < {lease_now})"
+CANCEL_STEPS = (
+    "UPDATE brain_steps SET status = 'cancelled', ended_at = :now, error = 'cancelled' "
+    "WHERE run_id = :run_id AND status IN ('pending', 'running') "
+    "AND (SELECT status FROM brain_runs WHERE id = :run_id) = 'cancelled'")
+
+LATEST_SUCCEEDED = (
+    "SELECT id FROM brain_runs WHERE workflow = :workflow AND status = 'succeeded' "
+    "AND ended_at <= :before ORDER BY ended_at DESC LIMIT 1")
+EXPIRED_RUNS = ("SELECT id FROM brain_runs "
+                "WHERE status = 'running' AND lease_expires_at < {lease_now}")
+RUNNING_RUNS = SELECT_RUN + " WHERE status = 'running'"
+QUEUED_OR_ENDED_AFTER = (SELECT_RUN + " WHERE status = 'queued' OR ended_at > :ended_after "
+                         "ORDER BY created_at DESC LIMIT :limit")
+
+# --- steps ---------------------------------------------------------------------------------
+
+INSERT_STEP = _insert("brain_steps", STEP_COLUMNS)
+INSERT_NEW_STEP = INSERT_STEP + " ON CONFLICT DO NOTHING"
+_STEP = " WHERE run_id = :run_id AND name = :name"
+#: Appended to a statement on steps: only while ``:owner`` holds the run's lease.
+LEASED = " AND EXISTS (SELECT 1 FROM brain_runs WHERE id = :run_id AND lease_owner = :owner)"
+
+STEP_RUNNING = ("UPDATE brain_steps SET status = 'running', inputs = :inputs, tries = :tries, "
+                "started_at = :started_at, ended_at = NULL, error = NULL" + _STEP)
+STEP_PROCESS = ("UPDATE brain_steps SET process_group = :pgid, process_started = :pstarted, "
+                "process_machine = :machine" + _STEP)
+_FINISHED = ("UPDATE brain_steps SET status = :status, tries = :tries, ended_at = :ended_at, "
+             "output = :output, error = :error, stderr = :stderr")
+
+
+def step_finished(*, inputs: bool, started_at: bool) -> str:
+    """A step's end, writing its inputs and start time too when asked."""
+    return (_FINISHED + (", inputs = :inputs" if inputs else "")
+            + (", started_at = :started_at" if started_at else "") + _STEP)
+
+
+STEP_FINISHED_WHOLE = step_finished(inputs=True, started_at=True)
+END_STEPS = "UPDATE brain_steps SET status = :status, ended_at = :now, error = :error"
+END_RUNNING_STEPS = ("UPDATE brain_steps SET status = 'cancelled', ended_at = :now, "
+                     "error = :error WHERE run_id = :run_id AND status = 'running'")
+END_PENDING_STEPS = ("UPDATE brain_steps SET status = :pending, ended_at = :now, "
+                     "error = :pending_error WHERE run_id = :run_id AND status = 'pending'")
+RESET_STEPS = ("UPDATE brain_steps SET status = 'pending', ended_at = NULL, output = NULL, "
+               "error = NULL")
+STEPS_OF_RUN = f"SELECT {', '.join(STEP_COLUMNS)} FROM brain_steps WHERE run_id = :run_id"
+STEPS_IN_ORDER = STEPS_OF_RUN + " ORDER BY position"
+STARTED_STEPS = ("SELECT count(*) AS n FROM brain_steps WHERE run_id = :run_id "
+                 "AND (status <> 'pending' OR tries > 0)")
+DELETE_STEPS = "DELETE FROM brain_steps WHERE run_id = :run_id"
+STEP_OUTPUTS = ("SELECT name, output FROM brain_steps "
+                "WHERE run_id = :run_id AND status = 'succeeded'")
+STEP_STATES = "SELECT name, status, tries FROM brain_steps WHERE run_id = :run_id"
+STEP_PROCESSES = (
+    "SELECT name, process_group, process_started, process_machine FROM brain_steps "
+    "WHERE run_id = :run_id AND process_group IS NOT NULL")
+STEP_KINDS_OF = "SELECT run_id, name, kind, status, tries FROM brain_steps WHERE run_id IN "
+
+# --- queue and schedule fires --------------------------------------------------------------
+
+INSERT_FIRE = _insert("brain_fires", ("workflow", "trigger_key", "fire_time", "run_id",
+                                      "claimed_at"))
+LAST_FIRE = ("SELECT max(fire_time) AS fire_time FROM brain_fires "
+             "WHERE workflow = :workflow AND trigger_key = :trigger_key")
+RUN_BY_DELIVERY = ("SELECT id FROM brain_runs "
+                   "WHERE workflow = :workflow AND delivery_id = :delivery_id")
+COUNT_RUNS = "SELECT count(*) AS n FROM brain_runs WHERE "
+QUEUED_OF = ("SELECT id, trigger_event FROM brain_runs "
+             "WHERE workflow = :workflow AND status = 'queued'")
+FAIL_QUEUED = ("UPDATE brain_runs SET status = 'failed', error = :error, ended_at = :now "
+               "WHERE id = :run_id AND status = 'queued'")
+SKIP_UNFINISHED_STEPS = (
+    "UPDATE brain_steps SET status = 'skipped', error = :error, ended_at = :now "
+    "WHERE run_id = :run_id AND status IN ('pending', 'running')")
+RUNNING_LEASES = "SELECT id, lease_owner FROM brain_runs WHERE status = 'running'"
+EXPIRE_LEASE = ("UPDATE brain_runs SET lease_expires_at = {lease_past} "
+                "WHERE id = :run_id AND status = 'running'")
+
+
+def claim_next(workflows: str) -> str:
+    """Take the oldest queued run of ``workflows`` (an :func:`in_list`), one statement: on
+    PostgreSQL the pick skips rows other executors have locked."""
+    pick = (f"SELECT id FROM brain_runs WHERE status = 'queued' AND workflow IN {workflows} "
+            "ORDER BY created_at LIMIT 1{skip_locked}")
+    return ("UPDATE brain_runs SET status = 'running', lease_owner = :owner, "
+            "started_at = :now, lease_expires_at = {lease_until} "
+            f"WHERE id = ({pick}) AND status = 'queued' RETURNING id")
+
+
+# --- workers and retention -----------------------------------------------------------------
+
+WORKER_BEAT = (
+    _insert("brain_workers", ("id", "host", "pid", "kind", "started_at", "heartbeat_at",
+                              "executing"))
+    + " ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, "
+      "executing = excluded.executing")
+FORGET_WORKER = "DELETE FROM brain_workers WHERE id = :worker_id"
+LIST_WORKERS = ("SELECT id, host, pid, kind, started_at, heartbeat_at, executing "
+                "FROM brain_workers ORDER BY heartbeat_at DESC")
+
+PRUNE = (
+    ("DELETE FROM brain_steps WHERE run_id IN (SELECT id FROM brain_runs "
+     f"WHERE status IN {FINISHED} AND ended_at < :before)"),
+    f"DELETE FROM brain_runs WHERE status IN {FINISHED} AND ended_at < :before",
+    # Each trigger's latest fire stays: catch-up counts from it.
+    ("DELETE FROM brain_fires WHERE fire_time < :before AND EXISTS (SELECT 1 FROM brain_fires "
+     "AS newer WHERE newer.workflow = brain_fires.workflow AND newer.trigger_key = "
+     "brain_fires.trigger_key AND newer.fire_time > brain_fires.fire_time)"),
+    "DELETE FROM brain_workers WHERE heartbeat_at < :before",
+)

@@ -1,0 +1,117 @@
+"""Rows to write and rows read: a new run's rows, and a run's rows as the records callers get.
+
+Every part of the store builds the rows of a new run here (so a queued run,
+a failure handler and a retry look alike), and turns rows read back into
+:class:`~brain.results.RunResult` and :class:`~brain.store.base.RunRecord`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from brain._errors import LeaseLost
+from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData, step_order
+from brain.store import queries
+from brain.store.backend import Connection, Row, Statement
+from brain.store.base import QueuedRun, RunRecord, stored_trigger
+
+
+def queued_run_rows(run_id: str, workflow: str, definition_hash: str, trigger: TriggerData,
+                    step_rows: Sequence[tuple[str, str]], now: datetime,
+                    **columns: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows of a new run, ``queued``, and of its pending steps (``(name, kind)`` in call
+    order); the trigger as every store records it. ``columns`` adds or overrides run
+    columns (``trigger_key``, ``previous_run_id``...); every column has a value."""
+    trigger = stored_trigger(trigger)
+    row: dict[str, Any] = dict.fromkeys(queries.RUN_COLUMNS)
+    row.update(id=run_id, workflow=workflow, definition_hash=definition_hash,
+               status=RunStatus.QUEUED.value, trigger_event=trigger.event,
+               trigger_body=trigger.body, trigger_path=trigger.path,
+               trigger_headers=json.dumps(trigger.headers), created_at=now,
+               cancel_requested=False, **columns)
+    return row, pending_steps(run_id, [(name, kind, i) for i, (name, kind)
+                                       in enumerate(step_rows)])
+
+
+def pending_steps(run_id: str, rows: Sequence[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """Rows of pending steps ``(name, kind, position)`` of a run."""
+    return [step_row(run_id=run_id, name=name, position=position, kind=kind,
+                     status=StepStatus.PENDING.value, tries=0)
+            for name, kind, position in rows]
+
+
+def step_row(**values: Any) -> dict[str, Any]:
+    """A step row with every column (those not given ``NULL``)."""
+    row: dict[str, Any] = dict.fromkeys(queries.STEP_COLUMNS)
+    row.update(values)
+    return row
+
+
+def run_statements(row: dict[str, Any], step_values: list[dict[str, Any]],
+                   insert_run: str = queries.INSERT_RUN) -> list[Statement]:
+    """The statements that insert a run and its steps."""
+    statements: list[Statement] = [(insert_run, row)]
+    if step_values:
+        statements.append((queries.INSERT_STEP, step_values))
+    return statements
+
+
+def queue_statements(queued: Sequence[QueuedRun], now: datetime) -> list[Statement]:
+    """The statements that queue ``queued`` runs (failure handlers) with their steps."""
+    statements: list[Statement] = []
+    for q in queued:
+        row, step_values = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
+                                           q.step_rows, now, trigger_key=q.trigger.event)
+        statements += run_statements(row, step_values)
+    return statements
+
+
+def insert_queued(conn: Connection, queued: Sequence[QueuedRun], now: datetime) -> None:
+    """Queue ``queued`` runs inside the caller's transaction."""
+    for sql, params in queue_statements(queued, now):
+        conn.write(sql, params)
+
+
+def check_lease(changed: int, owner: str | None) -> None:
+    """A lease-conditional write (``owner`` given) that changed nothing means the lease is
+    gone: :class:`LeaseLost`."""
+    if owner is not None and not changed:
+        raise LeaseLost("this executor no longer holds the run's lease")
+
+
+def trigger_of(row: Row) -> TriggerData:
+    """The trigger a run row records."""
+    return TriggerData(event=row["trigger_event"], body=row["trigger_body"],
+                       path=row["trigger_path"],
+                       headers=json.loads(row["trigger_headers"] or "{}"))
+
+
+def run_record(row: Row) -> RunRecord:
+    """A run row as the runner reads it."""
+    return RunRecord(id=row["id"], workflow=row["workflow"],
+                     definition_hash=row["definition_hash"], status=row["status"],
+                     trigger=trigger_of(row), error=row["error"],
+                     previous_run_id=row["previous_run_id"], created_at=row["created_at"],
+                     started_at=row["started_at"], ended_at=row["ended_at"],
+                     cancel_requested=bool(row["cancel_requested"]),
+                     lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
+                     retry_of=row["retry_of"])
+
+
+def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
+    """A run row and its step rows as the result callers get (steps in call order)."""
+    steps = {
+        s["name"]: StepResult(name=s["name"], kind=s["kind"], status=StepStatus(s["status"]),
+                              inputs=json.loads(s["inputs"]) if s["inputs"] else {},
+                              output=s["output"], error=s["error"], tries=s["tries"],
+                              stderr=s["stderr"], started_at=s["started_at"],
+                              ended_at=s["ended_at"])
+        for s in sorted(step_rows, key=lambda s: step_order(s["name"], s["position"]))}
+    return RunResult(run_id=row["id"], workflow=row["workflow"], status=RunStatus(row["status"]),
+                     error=row["error"], trigger=trigger_of(row), created_at=row["created_at"],
+                     started_at=row["started_at"], ended_at=row["ended_at"],
+                     previous_run_id=row["previous_run_id"], retry_of=row["retry_of"],
+                     steps=steps)

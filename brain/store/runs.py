@@ -1,0 +1,207 @@
+"""A run's life in the store: created, claimed under a lease, renewed, restamped, ended,
+cancelled, retried.
+
+Part of :class:`brain.store.Store`. Leases are timed by the lease clock of
+the backend's :class:`~brain.store.backend.Dialect` (the server's on
+PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from brain._clock import utcnow
+from brain._errors import WORKFLOW_CHANGED, RunConflict, RunNotFound
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData, clean_text
+from brain.store import queries
+from brain.store.backend import Connection, Statement, UsesBackend, lease_times
+from brain.store.base import QueuedRun, RunRecord
+from brain.store.reading import read_record, read_run, resolve
+from brain.store.records import (
+    check_lease,
+    insert_queued,
+    queued_run_rows,
+    run_statements,
+    step_row,
+)
+
+_FINISHED = frozenset(s.value for s in FINISHED_RUN)
+
+
+class RunLifecycle(UsesBackend):
+    """Writes of a run's own row, from creation to its end."""
+
+    async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
+                         trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
+                         owner: str | None = None, lease_seconds: float = 30,
+                         previous_run_id: str | None = None) -> datetime:
+        """Insert a run and its pending steps (``(name, kind)`` in call order) in one commit.
+
+        With ``owner`` the run starts ``running`` under that owner's lease,
+        else it is ``queued``. Returns the creation time.
+        """
+        now = utcnow()
+        row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
+                                           now, previous_run_id=previous_run_id)
+        insert = queries.INSERT_RUN
+        if owner is not None:
+            row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
+                       **lease_times(lease_seconds, now))
+            insert = queries.INSERT_LEASED_RUN
+        await self.db.transaction(run_statements(row, step_values, insert))
+        return now
+
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        """Take a queued run, or a running one whose lease expired; ``True`` if taken."""
+        written = await self.db.write(queries.CLAIM_RUN, {
+            "run_id": run_id, "owner": owner, "now": utcnow(), **lease_times(lease_seconds)})
+        return bool(written.rowcount)
+
+    async def set_previous_run(self, run_id: str, previous_run_id: str | None, *,
+                               owner: str | None = None) -> None:
+        """Record which run ``{previous.X}`` reads from (under ``owner``'s lease, when given)."""
+        sql = queries.SET_PREVIOUS + (queries.OWNED if owner is not None else "")
+        written = await self.db.write(sql, {"run_id": run_id, "previous": previous_run_id,
+                                            "owner": owner})
+        check_lease(written.rowcount, owner)
+
+    async def heartbeat(self, run_id: str, owner: str,
+                        lease_seconds: float | None) -> tuple[bool, bool]:
+        """Renew the lease (when ``lease_seconds``); return (still ours, cancel requested).
+
+        Not retried: the next heartbeat is the retry."""
+        db = self.db
+        if lease_seconds is not None:
+            await db.write(queries.RENEW_LEASE,
+                           {"run_id": run_id, "owner": owner, **lease_times(lease_seconds)},
+                           retry=False)
+        found = await db.read(queries.LEASE_AND_CANCEL, {"run_id": run_id}, retry=False)
+        if not found:
+            return False, True
+        return found[0]["lease_owner"] == owner, bool(found[0]["cancel_requested"])
+
+    async def restamp_run(self, run_id: str, definition_hash: str,
+                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> bool:
+        """Give a queued run that ``owner`` has just taken another definition of its
+        workflow: the definition's hash, and pending rows for its steps instead of the old
+        ones, in one transaction. ``False`` (and nothing changed) if a step of it has
+        started after all."""
+        _, step_values = queued_run_rows(run_id, "", definition_hash, TriggerData(), step_rows,
+                                         utcnow())
+        ids = {"run_id": run_id}
+
+        def job(conn: Connection) -> bool:
+            if conn.read(queries.STARTED_STEPS, ids)[0]["n"]:
+                return False
+            changed = conn.write(queries.SET_DEFINITION, {
+                **ids, "owner": owner, "definition_hash": definition_hash})
+            check_lease(changed, owner)
+            conn.write(queries.DELETE_STEPS, ids)
+            if step_values:
+                conn.write(queries.INSERT_STEP, step_values)
+            return True
+
+        return await self.db.atomically(job)
+
+    async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
+                         owner: str | None = None,
+                         then_queue: Sequence[QueuedRun] = ()) -> datetime:
+        """Record the run's end and release its lease (only ``owner``'s, when given).
+
+        ``then_queue`` (failure handlers) are queued in the same transaction: never one
+        without the other, and never twice.
+        """
+        now = utcnow()
+        sql = queries.FINISH_RUN + (queries.OWNED if owner is not None else "")
+        params = {"run_id": run_id, "status": status.value, "error": clean_text(error),
+                  "now": now, "owner": owner}
+        if not then_queue:
+            check_lease((await self.db.write(sql, params)).rowcount, owner)
+            return now
+
+        def job(conn: Connection) -> None:
+            check_lease(conn.write(sql, params), owner)
+            insert_queued(conn, then_queue, now)
+
+        await self.db.atomically(job)
+        return now
+
+    async def request_cancel(self, run_id: str) -> tuple[RunResult, bool]:
+        """Ask for a run to stop; return the run and whether it was still queued or running.
+
+        A run nobody executes is cancelled at once: a queued one, and a running one
+        whose executor is gone (its lease expired, or its owner is a process of this
+        machine that has died): its unfinished steps become ``cancelled`` and its
+        lease is released. A run with a live executor is only marked
+        cancel-requested; that executor stops it within a second.
+        """
+        db = self.db
+        full = await resolve(db, run_id)
+        row = await read_record(db, full)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        if row.status in _FINISHED:
+            return await read_run(db, full, with_steps=False), False
+        await db.transaction(_cancel_statements(row, utcnow()))
+        return await read_run(db, full, with_steps=False), True
+
+    async def retry_run(self, run_id: str, *, definition_hash: str | None = None) -> str:
+        """Queue a new run that retries ``run_id`` (failed or cancelled); return its id.
+
+        Same workflow, trigger and ``{previous.X}`` run; ``retry_of`` points at the
+        original. Steps that succeeded there are copied as they ended (outputs,
+        inputs, tries and times) and do not run again; the others wait to run.
+        With ``definition_hash``, a workflow whose definition changed since is a
+        :class:`RunConflict`.
+        """
+        db = self.db
+        full = await resolve(db, run_id)
+        original = await read_record(db, full)
+        if original is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        if original.status not in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
+            verb = "is still " if original.status not in _FINISHED else ""
+            raise RunConflict(f"run {full[:12]} {verb}{original.status}: only a failed or "
+                              f"cancelled run can be retried")
+        if definition_hash is not None and definition_hash != original.definition_hash:
+            raise RunConflict(WORKFLOW_CHANGED)
+        new_id = uuid.uuid4().hex
+        run_row, _ = queued_run_rows(new_id, original.workflow, original.definition_hash,
+                                     original.trigger, (), utcnow(),
+                                     previous_run_id=original.previous_run_id,
+                                     trigger_key="retry", retry_of=full)
+        copied = [_retried_step(new_id, r) for r in
+                  await db.read(queries.STEPS_OF_RUN, {"run_id": full})]
+        await db.transaction(run_statements(run_row, copied))
+        return new_id
+
+
+def _retried_step(run_id: str, old: dict[str, object]) -> dict[str, object]:
+    """A step of a retry: as it ended when it succeeded, else pending."""
+    if old["status"] == StepStatus.SUCCEEDED.value:
+        return step_row(**{**old, "run_id": run_id, "error": None})
+    return step_row(run_id=run_id, name=old["name"], position=old["position"], kind=old["kind"],
+                    status=StepStatus.PENDING.value, tries=0)
+
+
+def _cancel_statements(row: RunRecord, now: datetime) -> list[Statement]:
+    """Mark the run cancel-requested; cancel it at once if nobody executes it: queued, or
+    running under the owner read before (unchanged since) whose lease ran out or who is a
+    dead process of this machine. A live executor renewing, or another one that has just
+    claimed the run, keeps it."""
+    from brain._owners import local_owner_gone
+
+    params = {"run_id": row.id, "now": now, "owner": row.lease_owner, "yes": True,
+              **lease_times(0, now)}
+    statements: list[Statement] = [(queries.REQUEST_CANCEL, params),
+                                   (queries.CANCEL_QUEUED, params)]
+    if row.status == RunStatus.RUNNING.value:
+        abandoned = (queries.CANCEL_ABANDONED_UNOWNED if row.lease_owner is None
+                     else queries.CANCEL_ABANDONED)
+        if not local_owner_gone(row.lease_owner):
+            abandoned += queries.LEASE_RAN_OUT
+        statements.append((abandoned, params))
+    statements.append((queries.CANCEL_STEPS, params))
+    return statements
