@@ -33,9 +33,10 @@ class _Console(Console):
         silence(self.file)
 
 
-# soft_wrap: never re-wrap text at the terminal width (outputs and messages stay intact).
-err = _Console(stderr=True, highlight=False, soft_wrap=True)
-out = _Console(highlight=False, soft_wrap=True)
+# soft_wrap: never re-wrap text at the terminal width; emoji=False: never turn a :name: in
+# an output or a message into an emoji (outputs and messages stay intact).
+err = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+out = _Console(highlight=False, soft_wrap=True, emoji=False)
 
 
 def write_stdout(text: str) -> None:

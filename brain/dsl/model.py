@@ -19,7 +19,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class SecretRef(_Frozen):

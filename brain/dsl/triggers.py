@@ -22,7 +22,7 @@ _MAX_READABLE_KEY = 64  # keys are stored in 100-character columns
 
 
 class _Trigger(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str | None = None
 

@@ -243,8 +243,8 @@ class SqliteBackend:
 
     async def close(self) -> None:
         """Finish every queued write, then stop the threads."""
-        await self._writer.close()
-        await self._reader.close()
+        # Both threads stop together (the reader runs no write the writer must finish).
+        await asyncio.gather(self._writer.close(), self._reader.close())
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None

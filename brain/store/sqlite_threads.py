@@ -25,6 +25,7 @@ transactions are the ``BEGIN IMMEDIATE``/``COMMIT`` written here).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -66,6 +67,8 @@ class SqliteThread:
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._started = False
         self._closed = False
+        #: Called in the thread as it ends (set by :meth:`close`): wakes the closing loop.
+        self._on_exit: Callable[[], None] | None = None
 
     async def run(self, job: Job, *, write: bool) -> Any:
         """Run ``job(connection)`` and return what it returns; a ``write`` inside a
@@ -90,8 +93,23 @@ class SqliteThread:
             return
         self._closed = True
         if self._started:
+            # The thread tells the loop it ended (no helper thread waits on a join); a
+            # thread already ended (it could not connect) is simply joined.
+            loop = asyncio.get_running_loop()
+            ended: asyncio.Future[None] = loop.create_future()
+
+            def settle() -> None:
+                if not ended.done():
+                    ended.set_result(None)
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(settle)
+
+            self._on_exit = wake
             self._jobs.put(None)
-            await asyncio.to_thread(self._thread.join)
+            if self._thread.is_alive():
+                await ended
+            self._thread.join()
 
     # --- in the thread ---
 
@@ -116,6 +134,10 @@ class SqliteThread:
                     conn.close()
                 except Exception:  # closing a broken connection
                     pass
+            on_exit = self._on_exit
+            if on_exit is not None:
+                with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                    on_exit()
 
     def _connect(self, batch: list[_Queued]) -> sqlite3.Connection | None:
         try:

@@ -154,6 +154,21 @@ def test_run_prints_a_long_output_line_unchanged(tmp_path: Path, brain_cmd: list
     assert proc.stdout == line + "\n"
 
 
+def test_run_shows_emoji_codes_in_errors_as_written(tmp_path: Path, brain_cmd: list[str]) -> None:
+    """A step's text such as ``:x:`` is shown as it is, never turned into an emoji."""
+    wf = write_source(tmp_path, "codes.py", """
+        from brain import shell, workflow
+
+        @workflow
+        def codes():
+            shell("fails", command="echo 'broken :x: :thumbs_up:' >&2; exit 3")
+    """)
+    proc = brain(brain_cmd, "run", wf)
+    assert proc.returncode == 1, proc.stderr
+    assert "broken :x: :thumbs_up:" in proc.stderr, proc.stderr
+    assert "\N{CROSS MARK}" not in proc.stderr and "\N{THUMBS UP SIGN}" not in proc.stderr
+
+
 def test_run_file_colon_name_picks_that_workflow(tmp_path: Path, brain_cmd: list[str]) -> None:
     wf = write_source(tmp_path, "flows.py", GOOD)
     proc = brain(brain_cmd, "run", f"{wf}:other")
