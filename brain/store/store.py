@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 from brain._clock import utcnow
 from brain._errors import StoreError
@@ -113,18 +113,6 @@ class Store(RunLifecycle, StepRecords, RunReading, RunQueue, Housekeeping):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    # Kept for tests written against the old store (they pass SQLAlchemy statements, or a
-    # job taking a connection with ``exec_driver_sql``); new code uses ``self.db``.
-    async def _one(self, statement: Any, params: Any = None) -> Any:
-        return await self.db.write(statement, params)
-
-    async def _write(self, job: Any) -> Any:
-        class _Driver:
-            def __init__(self, conn: Any) -> None:
-                self.exec_driver_sql = conn.conn.execute
-
-        return await self.db.atomically(lambda conn: job(_Driver(conn)))
 
 
 async def _open_backend(url: str, shown_url: str, check_schema: bool) -> Backend:

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 from serve_support import BrainServer, brain_argv, clean_env
-from sqlalchemy import update
 from support import write_source
 
 from brain._clock import utcnow
 from brain.store import Store
-from brain.store.tables import workers
 
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")
 
@@ -44,8 +42,8 @@ def test_serve_and_worker_are_listed_and_a_silent_one_is_lost(tmp_path: Path,
         async with Store(url) as store:
             await store.worker_heartbeat("gone+x:77:aa", host="elsewhere", pid=77, kind="worker",
                                          started_at=utcnow() - timedelta(hours=1), executing=1)
-            await store._one(update(workers).values(
-                heartbeat_at=utcnow() - timedelta(minutes=10)))
+            await store.db.write("UPDATE brain_workers SET heartbeat_at = :at",
+                                 {"at": utcnow() - timedelta(minutes=10)})
 
     server = BrainServer(brain_argv(), folder, tmp_path, env)
     worker = subprocess.Popen([*brain_argv(), "worker", str(folder)], env=env,

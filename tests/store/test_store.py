@@ -662,7 +662,7 @@ def test_a_write_waits_out_another_process_holding_the_lock(tmp_path: Path) -> N
         async with Store(url) as store:
             run_id = await make_run(store, "locked", owner="me:1:a")
             # A short busy timeout stands in for a lock held longer than the real one.
-            await store._write(lambda conn: conn.exec_driver_sql("PRAGMA busy_timeout=200"))
+            await store.db.write("PRAGMA busy_timeout=200")
             holder = subprocess.Popen(  # noqa: ASYNC220 - a short-lived helper process
                 ["python3", "-c", "import sqlite3, sys, time\n"
                  "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
