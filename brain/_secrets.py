@@ -35,7 +35,8 @@ def remember(value: str | None) -> None:
     """Add a secret value to those scrubbed from everything stored (short ones ignored).
 
     The forms the value takes when code quotes it are remembered too: inside a
-    JSON string, inside Python's ``repr``, URL-quoted, and as non-UTF-8 bytes read back
+    JSON string, inside Python's ``repr``, URL-quoted (with and without ``/`` kept, as a
+    path or a query value), and as non-UTF-8 bytes read back
     with replacement characters. So are its encodings (:func:`encoded_forms`: hex,
     base64 wherever it falls in a longer encoded text), and each line of a value of
     several lines (a key printed line by line), where long enough.
@@ -47,7 +48,7 @@ def remember(value: str | None) -> None:
     forms = {value, json.dumps(value)[1:-1], repr(value)[1:-1],
              json.dumps(value, ensure_ascii=False)[1:-1],
              json.dumps(json.dumps(value))[3:-3], repr(repr(value))[2:-2],
-             quote(value, safe=""), quote_plus(value),
+             quote(value, safe=""), quote(value), quote_plus(value), quote_plus(value, safe="/"),
              value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")}
     forms |= {f.strip() for f in forms}  # as printed: a trailing newline is often dropped
     forms |= {line.strip() for line in value.splitlines()}

@@ -392,6 +392,24 @@ def test_a_secret_of_several_lines_printed_line_by_line_is_scrubbed(lines: list[
         assert line not in printed
 
 
+@settings(max_examples=200, deadline=None)
+@given(value=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"),
+                     min_size=MIN_SECRET_LENGTH, max_size=40))
+def test_a_secret_url_quoted_in_any_usual_way_is_scrubbed(value: str) -> None:
+    """Python's quote (its default keeps ``/``, as a URL path does), quote with nothing
+    kept, and quote_plus: each form of the secret leaves nothing of it."""
+    from urllib.parse import quote, quote_plus
+
+    from brain._secrets import remember, scrub
+
+    assume(value.strip() == value and len(value.strip()) >= MIN_SECRET_LENGTH)
+    remember(value)
+    for form in {quote(value), quote(value, safe=""), quote_plus(value),
+                 quote_plus(value, safe="/")}:
+        if len(form) >= MIN_SECRET_LENGTH:
+            assert form not in (scrub(f"url: {form} end") or ""), (value, form)
+
+
 def test_a_secret_that_is_a_form_of_another_keeps_its_own_forms() -> None:
     from urllib.parse import quote
 
