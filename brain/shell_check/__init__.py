@@ -51,22 +51,6 @@ from brain.shell_check.template import (
     _odd_blank,
 )
 
-_QUOTE_ADVICE = "write it bare or inside plain \"…\" or '…' quotes: its value is escaped for you"
-
-# `${v:-x}` and friends: the word after the operator is plain data once quoted.
-_EXPANSION_OPS = {"-", ":-", "+", ":+", "?", ":?", "#", "##", "%", "%%"}
-# Node types a command (a statement) may sit in.
-_STATEMENT_PARENTS = {
-    "program", "list", "pipeline", "redirected_statement", "subshell", "if_statement",
-    "elif_clause", "else_clause", "while_statement", "do_group", "for_statement",
-    "c_style_for_statement", "case_item", "case_statement", "function_definition",
-    "negated_command",
-}
-
-
-
-
-
 
 def shell_problem(command: str) -> str | None:
     """Why the placeholders in shell ``command`` may not stand where they are, or ``None``.
