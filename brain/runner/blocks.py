@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from brain._clock import utcnow
-from brain.dsl.model import ForEachSpec
+from brain.dsl.model import ForEachSpec, StepSpec
 from brain.results import StepStatus, base_name
 from brain.runner.attempt import StepRunner
 from brain.runner.plan import Expansion, Fail, Scope, Skip, element_text
@@ -33,7 +33,7 @@ async def run_block(runner: StepRunner, group: ForEachSpec) -> Outcome:
     rows = [(f"{m.name}[{i}]", m.kind, m.position) for i in range(count) for m in members]
     await recorder.store.add_steps(recorder.run_id, rows, owner=recorder.owner)
     started = utcnow()
-    failed = await _run_instances(runner, group, expansion)
+    failed = await _run_instances(runner, group, members, expansion)
     if failed is not None:  # an instance failed: the run halts
         await recorder.ended([base_name(failed.name)], StepStatus.FAILED,
                              f"{failed.name} failed: {failed.error}", emit=False)
@@ -50,10 +50,10 @@ async def run_block(runner: StepRunner, group: ForEachSpec) -> Outcome:
     return Outcome(first, True)
 
 
-async def _run_instances(runner: StepRunner, group: ForEachSpec,
+async def _run_instances(runner: StepRunner, group: ForEachSpec, members: list[StepSpec],
                          expansion: Expansion) -> Outcome | None:
-    """Run every instance of the block; the first instance that failed, or ``None``."""
-    members = [runner.plan.specs[n] for n in group.steps]
+    """Run every instance of the block (``members``: its steps' specs); the first instance
+    that failed, or ``None``."""
     members_set = frozenset(group.steps)
     limit = asyncio.Semaphore(group.max_parallel)
 

@@ -78,7 +78,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     try:
         if await _ended_before_start(wf, store, row, owner, first_start, loaded):
             return await store.get_run(run_id)
-        previous = await _reset_for_start(wf, store, row, owner, first_start)
+        previous, states = await _reset_for_start(wf, store, row, owner, first_start)
     except LeaseLost:
         return await store.get_run(run_id)
     # The work above may have waited out a busy database: renew the lease now, so the
@@ -86,7 +86,6 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     held, _ = await store.heartbeat(run_id, owner, lease)
     if not held:
         return await store.get_run(run_id)
-    states = await store.step_states(run_id)
     execution = RunExecution(wf, store, run_id, owner, trigger=row.trigger,
                              previous_run_id=previous, lease_seconds=lease,
                              outputs=await store.step_outputs(run_id),
@@ -131,9 +130,10 @@ async def _ended_before_start(wf: RunnableWorkflow, store: RunStore, row: RunRec
 
 
 async def _reset_for_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
-                           first_start: bool) -> str | None:
-    """Put the steps that did not succeed back to pending, choose the run ``{previous.X}``
-    reads if it is chosen now, and return it."""
+                           first_start: bool) -> tuple[str | None, dict[str, tuple[str, int]]]:
+    """Put the steps that did not succeed back to pending and choose the run
+    ``{previous.X}`` reads if it is chosen now: that run, and each step's status and
+    tries as they were before the reset."""
     run_id = row.id
     previous = row.previous_run_id
     states = await store.step_states(run_id)
@@ -148,7 +148,7 @@ async def _reset_for_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord
         previous = await store.latest_succeeded_run(wf.name, utcnow())
         await store.set_previous_run(run_id, previous, owner=owner)
     await store.reset_steps(run_id, unfinished, owner=owner)
-    return previous
+    return previous, states
 
 
 async def resume_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *,

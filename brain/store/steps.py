@@ -85,16 +85,8 @@ class StepRecords(UsesBackend):
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None, *, owner: str | None = None) -> None:
         """Mark several steps ``skipped``, ``cancelled`` or ``failed`` at once."""
-        names = list(names)
-        if not names:
-            await self._check_lease(run_id, owner)
-            return
-        listed, params = queries.in_list("name", names)
-        sql = queries.END_STEPS + " WHERE run_id = :run_id AND name IN " + listed
-        written = await self.db.write(_leased(sql, owner), {
-            **params, "run_id": run_id, "status": status.value, "now": utcnow(),
-            "error": clean_text(error), "owner": owner})
-        check_lease(written.rowcount, owner)
+        await self._write_named(run_id, names, queries.END_STEPS, owner, {
+            "status": status.value, "now": utcnow(), "error": clean_text(error)})
 
     async def add_steps(self, run_id: str, rows: Sequence[tuple[str, str, int]], *,
                         owner: str | None = None) -> None:
@@ -135,14 +127,21 @@ class StepRecords(UsesBackend):
     async def reset_steps(self, run_id: str, names: Iterable[str], *,
                           owner: str | None = None) -> None:
         """Put unfinished steps back to ``pending`` before a resume."""
+        await self._write_named(run_id, names, queries.RESET_STEPS, owner, {})
+
+    async def _write_named(self, run_id: str, names: Iterable[str], statement: str,
+                           owner: str | None, values: dict[str, object]) -> None:
+        """Run ``statement`` (an UPDATE of steps) on the steps ``names`` of ``run_id``, only
+        while ``owner`` holds the run's lease when given (none named: the lease is still
+        checked)."""
         names = list(names)
         if not names:
             await self._check_lease(run_id, owner)
             return
         listed, params = queries.in_list("name", names)
-        sql = queries.RESET_STEPS + " WHERE run_id = :run_id AND name IN " + listed
+        sql = statement + " WHERE run_id = :run_id AND name IN " + listed
         written = await self.db.write(_leased(sql, owner),
-                                      {**params, "run_id": run_id, "owner": owner})
+                                      {**params, **values, "run_id": run_id, "owner": owner})
         check_lease(written.rowcount, owner)
 
     async def _check_lease(self, run_id: str, owner: str | None) -> None:
