@@ -146,10 +146,23 @@ def _pg_server() -> None:
 
 @pytest.fixture(scope="session")
 def pg_url(_pg_server: None) -> Iterator[str]:
-    """A PostgreSQL database of this test process's own (one per xdist worker, created empty,
-    dropped at the end): tests running at the same time, in other workers or other sessions,
-    never share one. The tests of one worker do share it, one after another."""
+    """A PostgreSQL database of this test process's own (one per xdist worker, created with
+    the current schema, dropped at the end): tests running at the same time, in other workers
+    or other sessions, never share one. The tests of one worker do share it, one after
+    another, so none depends on another having created the schema first. (An empty database
+    is ``fresh_pg_url``'s.)"""
+    from brain.store import Store
+
+    async def upgrade(url: str) -> None:
+        store = Store(url)
+        await store.open(check_schema=False)
+        try:
+            await store.upgrade_schema()
+        finally:
+            await store.close()
+
     with _new_database(os.environ.get("PYTEST_XDIST_WORKER", "main")) as url:
+        asyncio.run(upgrade(url))
         yield url
 
 
