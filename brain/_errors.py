@@ -19,16 +19,18 @@ class StepFailed(BrainError):
     """A step failed; ``message`` is the reason stored with the step.
 
     Executors raise it with the text a user should read; ``stderr`` carries the
-    tail of the step's error stream when there is one; ``retryable=False``
+    tail of the step's error stream when there is one, ``output`` what it printed
+    on its standard output before it failed (kept, not passed on); ``retryable=False``
     fails the step at once whatever its ``retries``; ``retry_after`` asks for at
     least that many seconds before the next try (an HTTP ``Retry-After``).
     """
 
     def __init__(self, message: str, *, stderr: str | None = None, retryable: bool = True,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, output: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.stderr = stderr
+        self.output = output
         self.retryable = retryable
         self.retry_after = retry_after
 

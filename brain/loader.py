@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 import traceback
@@ -68,7 +69,8 @@ def _exit_refused() -> Iterator[None]:
 def _describe(path: str, exc: BaseException) -> str:
     """``path:line: Error: message``, pointing at the user's file, never a traceback."""
     if isinstance(exc, WorkflowDefinitionError):
-        return f"{path}: {exc}"
+        site = definition_site(exc)
+        return f"{site[0]}:{site[1]}: {exc}" if site else f"{path}: {exc}"
     if isinstance(exc, SyntaxError):
         # No line for some (a NUL byte in the source): then the file alone.
         where = exc.filename or path
@@ -85,6 +87,27 @@ def _describe(path: str, exc: BaseException) -> str:
         return (f"{where}: the file exited while being imported ({how}): a workflow file "
                 f"must not end the process")
     return f"{where}: {type(exc).__name__}: {exc}"
+
+
+_BRAIN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Frames that only pass a call on: the context managers of `with parallel():` and the like,
+# and wrapt's wrapper of a @step function.
+_PASS_THROUGH = (os.sep + "contextlib.py", os.sep + "wrapt" + os.sep)
+
+
+def definition_site(exc: BaseException) -> tuple[str, int] | None:
+    """``(file, line)`` of the user's code a definition error points at: the innermost
+    call made outside The Brain (the helper call with a bad name or placeholder, the
+    ``with`` that nests a block, the decorated function for what is checked once it is
+    traced), or ``None`` when no such frame is known."""
+    site = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        name = frame.filename
+        if name.startswith(("<", _BRAIN_DIR)) or any(p in name for p in _PASS_THROUGH):
+            continue
+        if frame.lineno:
+            site = (name, frame.lineno)
+    return site
 
 
 def load_file(path: str | os.PathLike[str]) -> dict[str, Workflow]:
@@ -150,17 +173,47 @@ def load_target(target: str) -> Workflow:
 
 
 def workflow_files(paths: list[str]) -> list[str]:
-    """Files named, plus each folder's ``*.py`` (not recursive, skipping ``_*``, ``test_*``, conftest)."""
+    """Files named, plus each folder's workflow files (see :func:`scan_folder`)."""
     files: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            for entry in sorted(os.listdir(p)):
-                if (entry.endswith(".py") and not entry.startswith(_SKIP_PREFIXES)
-                        and entry != "conftest.py"):
-                    files.append(os.path.join(p, entry))
+            files += scan_folder(p)[0]
         else:
             files.append(p)
     return files
+
+
+#: A workflow file imports The Brain, so its source has the word ``brain`` in it.
+_MENTIONS_BRAIN = re.compile(rb"\bbrain\b")
+
+
+def scan_folder(folder: str) -> tuple[list[str], list[str]]:
+    """A folder's workflow files, and the ``*.py`` files passed over as not being any.
+
+    Its ``*.py`` files, not recursive, skipping ``_*.py``, ``test_*.py`` and
+    ``conftest.py`` (SPEC §6), and skipping — the second list — a file whose source
+    never has the word ``brain`` in it (a server script, a helper that imports no
+    Brain): it cannot define a workflow, and importing it could run it. A file
+    named on its own is always imported.
+    """
+    files: list[str] = []
+    skipped: list[str] = []
+    for entry in sorted(os.listdir(folder)):
+        if not entry.endswith(".py") or entry.startswith(_SKIP_PREFIXES) or entry == "conftest.py":
+            continue
+        path = os.path.join(folder, entry)
+        if not os.path.isfile(path):
+            continue
+        (files if _mentions_brain(path) else skipped).append(path)
+    return files, skipped
+
+
+def _mentions_brain(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return _MENTIONS_BRAIN.search(f.read()) is not None
+    except OSError:
+        return True  # importing it says what is wrong
 
 
 def discover(paths: list[str]) -> dict[str, Workflow]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -146,3 +147,40 @@ def step_order(name: str, position: int) -> tuple[int, int]:
     block's instances (``review[2]``) after the step's own row, in item order."""
     _, bracket, rest = name.partition("[")
     return position, int(rest.rstrip("]")) if bracket and rest[:-1].isdigit() else -1
+
+
+#: The streams of a step's log: a program's or a function's standard output and error,
+#: ``logging`` records of a ``@step`` function, and The Brain's own notes (a new try, lines
+#: dropped).
+LOG_STREAMS = ("stdout", "stderr", "log", "brain")
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a step's log: its place (``seq`` grows with every line of the step; a
+    gap is where lines were dropped), its stream (one of :data:`LOG_STREAMS`), when it was
+    written (seconds since the step started) and its text (secrets scrubbed)."""
+
+    seq: int
+    stream: str
+    t: float
+    text: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The line as the API gives it."""
+        return {"seq": self.seq, "stream": self.stream, "t": round(self.t, 3), "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """What one write adds to a step's stored log: new ``lines``; the stored lines to
+    drop (``drop``: the first and last ``seq``, both included), now that the log's tail
+    has moved past them; and the line saying what was dropped so far (``note``, written in
+    place of its earlier version)."""
+
+    lines: tuple[LogLine, ...] = ()
+    drop: tuple[int, int] | None = None
+    note: LogLine | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.lines) or self.drop is not None or self.note is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
@@ -17,6 +18,36 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"brain: error: {message}\n")
         raise SystemExit(2)
+
+
+#: The trigger events a run can have (SPEC §3, §14): what ``brain run --event`` takes.
+EVENTS = ("manual", "schedule", "webhook", "file", "failure")
+# An HTTP header name (RFC 9110's token).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers a webhook delivery never stores with its run (SPEC §5), so no run can read them.
+_NEVER_STORED = ("authorization", "proxy-authorization", "cookie", "x-brain-signature",
+                 "x-hub-signature-256", "x-hub-signature")
+
+
+def header(text: str) -> tuple[str, str]:
+    """``--header 'Name: value'`` as ``(name, value)``; anything else is a usage error.
+
+    >>> header("X-GitHub-Event: push")
+    ('X-GitHub-Event', 'push')
+    """
+    name, colon, value = text.partition(":")
+    if not colon or not _HEADER_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a header: write it as 'Name: value', e.g. 'X-GitHub-Event: push' "
+            "(a name of letters, digits and -, then a colon)")
+    value = value.strip(" \t")
+    if any(c in value for c in "\r\n\0"):
+        raise argparse.ArgumentTypeError(f"header {name}: a value is one line of text")
+    if name.lower() in _NEVER_STORED:
+        raise argparse.ArgumentTypeError(
+            f"header {name}: a webhook run never keeps Authorization, Cookie or signature "
+            "headers, so no workflow can read them")
+    return name, value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +68,13 @@ def _workflow_commands(sub: Any) -> None:
     p.add_argument("target", metavar="PATH[:WORKFLOW]",
                    help="a workflow file, or a folder holding one workflow (or named by :WORKFLOW)")
     p.add_argument("--body", default=None, help="the trigger body ({trigger.body})")
+    p.add_argument("--event", choices=EVENTS, default="manual",
+                   help="the trigger event ({trigger.event}); default manual")
+    p.add_argument("--header", type=header, action="append", default=[], metavar="'NAME: VALUE'",
+                   help="a trigger header ({trigger.headers.NAME}), as a webhook delivers it; "
+                        "repeat for more")
+    p.add_argument("--path", default=None, help="the trigger path ({trigger.path}), as a file "
+                                                "watcher gives it")
     p.add_argument("--json", action="store_true", help="print only the run as JSON on stdout")
 
     p = sub.add_parser("check", help="trace and validate workflow files (or folders of them)")
@@ -89,6 +127,8 @@ def _run_commands(sub: Any) -> None:
 
     p = sub.add_parser("prune", help="delete finished runs older than AGE (e.g. 30d, 12h)")
     p.add_argument("--older-than", required=True, metavar="AGE")
+    p.add_argument("--dry-run", action="store_true",
+                   help="only say how many runs would be deleted; delete nothing")
 
 
 def _tool_commands(sub: Any) -> None:

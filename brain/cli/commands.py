@@ -12,14 +12,13 @@ import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from brain._errors import BrainError, RunNotFound, StoreError, WorkflowLoadError
 from brain.cli import render, settle
 
 if TYPE_CHECKING:
-    from brain.dsl.model import WorkflowGraph
     from brain.results import RunResult
     from brain.runner.events import EventHandler, StepEvent
     from brain.store import Store
@@ -92,6 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from brain.loader import load_target
 
     wf = load_target(args.target)
+    trigger = run_trigger(args)
     progress = None if args.json else render.Progress(wf)
     warning = root_warning()
     on_event = _warn_first(warning, progress) if warning else progress
@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert task is not None
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         try:
-            return await wf.arun(args.body, on_event=on_event)
+            return await wf.arun(trigger, on_event=on_event)
         except asyncio.CancelledError:
             raise KeyboardInterrupt from None
 
@@ -113,7 +113,48 @@ def cmd_run(args: argparse.Namespace) -> int:
         render.write_stdout(json.dumps(result.to_json_dict(), ensure_ascii=False) + "\n")
     else:
         render.run_summary(result)
+    if result.status == "failed" and wf.failure_handlers:
+        _say_handlers_queued(result.run_id, [h.name for h in wf.failure_handlers])
     return 0 if result.succeeded else 1
+
+
+def run_trigger(args: argparse.Namespace) -> object:
+    """What ``brain run``'s options give a run as its trigger: the body alone for a plain
+    manual run, else every field (``--event``, ``--header``, ``--path``) as a webhook, a
+    schedule or a watcher would have given it."""
+    if args.event == "manual" and not args.header and args.path is None:
+        return args.body
+    return {"event": args.event, "body": args.body, "headers": dict(args.header),
+            "path": None if args.path is None else os.path.abspath(args.path)}
+
+
+def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
+    """Tell whoever ran a failed run by hand that its ``on_failure`` handlers' runs were
+    queued, and what executes them: they are not run here."""
+    async def find(store: Store) -> list[RunResult]:
+        found: list[RunResult] = []
+        for name in dict.fromkeys(handlers):
+            runs = await store.list_runs(workflow=name, event="failure", limit=50)
+            found += [r for r in runs if _failed_run_of(r) == run_id]
+        return found
+
+    queued = _in_store(find)
+    if not queued:
+        return
+    listed = ", ".join(f"{r.workflow} ({r.run_id[:12]})" for r in queued)
+    render.note(f"on_failure queued {render.plural(len(queued), 'handler run')}: {listed}; "
+                f"a serving process (brain serve or brain worker) on this database executes "
+                f"{'it' if len(queued) == 1 else 'them'}")
+
+
+def _failed_run_of(handler_run: RunResult) -> str | None:
+    """The id of the failed run a failure handler's run is about (in its JSON body)."""
+    try:
+        data = json.loads(handler_run.trigger.body)
+    except ValueError:
+        return None
+    found = data.get("run_id") if isinstance(data, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _warn_first(message: str, then: EventHandler | None) -> EventHandler:
@@ -134,39 +175,65 @@ def _warn_first(message: str, then: EventHandler | None) -> EventHandler:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Load every workflow file named, and each folder's workflow files, as ``serve`` would."""
-    from brain.loader import load_file, workflow_files
+    """Load every workflow file named, and each folder's workflow files, as ``serve`` would.
 
-    bad = 0
-    seen: dict[str, str | None] = {}  # workflow name -> the file that defines it
+    What passes is said on stdout, one line per workflow; what fails on stderr."""
+    check = _Check()
     for path in args.paths or ["."]:
-        folder = os.path.isdir(path)
-        found, bad_before = 0, bad
-        for file in workflow_files([path]):
-            try:
-                workflows = load_file(file)
-            except WorkflowLoadError as exc:
-                render.error(str(exc))
-                bad += 1
+        check.path(path)
+    return 2 if check.bad else 0
+
+
+class _Check:
+    """``brain check``'s tally: the problems found, and which file defined each workflow."""
+
+    def __init__(self) -> None:
+        self.bad = 0
+        self.seen: dict[str, str | None] = {}  # workflow name -> the file that defines it
+
+    def problem(self, message: str) -> None:
+        render.error(message)
+        self.bad += 1
+
+    def path(self, path: str) -> None:
+        """Check one file, or one folder's workflow files (saying which ones it skipped)."""
+        from brain.loader import scan_folder
+
+        if not os.path.isdir(path):
+            self.file(path, named=True)
+            return
+        files, skipped = scan_folder(path)
+        for file in skipped:
+            render.result(f"{file}: skipped, not a workflow file (it never mentions brain)",
+                          dim=True)
+        found, bad_before = 0, self.bad
+        for file in files:
+            found += self.file(file, named=False)
+        if not found and self.bad == bad_before:
+            self.problem(f"{path}: no workflow in this folder's *.py files (skipping _*.py, "
+                         "test_*.py, conftest.py and files that never mention brain)")
+
+    def file(self, file: str, *, named: bool) -> int:
+        """Check one file; how many workflows it defines."""
+        from brain.loader import load_file
+
+        try:
+            workflows = load_file(file)
+        except WorkflowLoadError as exc:
+            self.problem(str(exc))
+            return 0
+        if not workflows and named:
+            self.problem(f"{file}: defines no @workflow")
+        for wf in workflows.values():
+            first = self.seen.setdefault(wf.name, wf.spec.source_file)
+            if first != wf.spec.source_file:
+                self.problem(f"workflow {wf.name!r} is defined twice: in {first} and "
+                             f"{wf.spec.source_file}")
                 continue
-            if not workflows and not folder:
-                render.error(f"{file}: defines no @workflow")
-                bad += 1
-            found += len(workflows)
-            for wf in workflows.values():
-                first = seen.setdefault(wf.name, wf.spec.source_file)
-                if first != wf.spec.source_file:
-                    render.error(f"workflow {wf.name!r} is defined twice: in {first} and "
-                                 f"{wf.spec.source_file}")
-                    bad += 1
-                    continue
-                render.ok(f"{file}: {wf.name} ({len(wf.spec.steps)} steps"
-                          + (f", {len(wf.triggers)} triggers" if wf.triggers else "") + ")")
-        if folder and not found and bad == bad_before:
-            render.error(f"{path}: no workflow in this folder's *.py files (skipping _*.py, "
-                         "test_*.py and conftest.py)")
-            bad += 1
-    return 2 if bad else 0
+            triggers = f", {render.plural(len(wf.triggers), 'trigger')}" if wf.triggers else ""
+            render.result(f"{file}: {wf.name} ({render.plural(len(wf.spec.steps), 'step')}"
+                          f"{triggers})")
+        return len(workflows)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -175,40 +242,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
     wf = load_target(args.target)
     graph = wf.graph
     if args.mermaid:
-        render.write_stdout(mermaid(graph))
+        render.write_stdout(render.mermaid(graph))
         return 0
     render.graph(wf)
     return 0
-
-
-def mermaid(graph: WorkflowGraph) -> str:
-    """A Mermaid flowchart of ``graph``: a conditioned step shows its conditions, a
-    ``for_each`` block is a subgraph, an edge from a condition is labelled ``when``."""
-    in_group = {name for group in graph.groups for name in group.steps}
-    lines = ["flowchart TD"]
-
-    def node(name: str) -> str:
-        label = name
-        if name in graph.conditions:
-            label += "<br/>when " + " and ".join(graph.conditions[name])
-        return f"{_mermaid_id(name)}[\"{label.replace(chr(34), '#quot;')}\"]"
-
-    lines += [f"    {node(name)}" for name in graph.nodes if name not in in_group]
-    for i, group in enumerate(graph.groups):
-        title = f"{group.label}, {group.max_parallel} at a time".replace('"', "#quot;")
-        lines.append(f"    subgraph g{i}[\"{title}\"]")
-        lines += [f"        {node(name)}" for name in group.steps]
-        lines.append("    end")
-    for up, down in graph.edges:
-        conditions = graph.conditions.get(down, ())
-        when = any(c.strip("{}").removeprefix("not {") == up for c in conditions)
-        arrow = "-. when .->" if when else "-->"
-        lines.append(f"    {_mermaid_id(up)} {arrow} {_mermaid_id(down)}")
-    return "\n".join(lines) + "\n"
-
-
-def _mermaid_id(name: str) -> str:
-    return "s_" + name.replace("-", "__")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -253,38 +290,84 @@ def cmd_workers(args: argparse.Namespace) -> int:
     if args.json:
         render.write_stdout(json.dumps(rows, indent=2) + "\n")
         return 0
-    if not rows:
-        render.ok("no executor process has written a heartbeat (none is running)")
-        return 0
-    for w in rows:
-        state = "LOST" if w["lost"] else "alive"
-        render.write_stdout(f"{w['kind']:<6} {w['host']}:{w['pid']:<8} {state:<5} "
-                            f"executing {w['executing']:<3} last heartbeat "
-                            f"{w['silent_seconds']:.0f}s ago  started {w['started_at'][:19]}\n")
+    render.workers(rows)
     return 0
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
+    """Queue a retry of a failed or cancelled run, unless it was retried already."""
     from brain._errors import RunConflict
 
+    async def retry(store: Store) -> tuple[str, list[RunResult]]:
+        original = await store.get_run(args.run_id, with_steps=False)
+        earlier = await retries_of(store, original)
+        if earlier:
+            return original.run_id, earlier
+        return await store.retry_run(original.run_id), []
+
     try:
-        new_id = _in_store(lambda store: store.retry_run(args.run_id))
+        new_id, earlier = _in_store(retry)
     except RunConflict as exc:
         render.error(str(exc))
+        return 1
+    if earlier:
+        latest = earlier[0]
+        listed = ", ".join(f"{r.run_id[:12]} ({r.status})" for r in earlier)
+        render.error(f"run {new_id[:12]} was already retried by run {listed}: retry that run "
+                     f"instead (brain retry {latest.run_id[:12]}), or see it with brain show "
+                     f"{latest.run_id[:12]}")
         return 1
     render.ok(f"queued run {new_id}, a retry of {args.run_id}: a running `brain serve` or "
               f"`brain worker` executes it (steps that succeeded keep their outputs)")
     return 0
 
 
+async def retries_of(store: Store, original: RunResult, page: int = 200) -> list[RunResult]:
+    """The runs that retry ``original`` (``retry_of``), newest first.
+
+    A retry is a run of the same workflow and trigger event created after the original,
+    so only the runs listed since the original was created are read, newest first."""
+    found: list[RunResult] = []
+    offset = 0
+    while True:
+        runs = await store.list_runs(workflow=original.workflow, event=original.trigger.event,
+                                     offset=offset, limit=page)
+        found += [r for r in runs if r.retry_of == original.run_id]
+        if len(runs) < page or runs[-1].created_at is None or original.created_at is None \
+                or runs[-1].created_at < original.created_at:
+            return found
+        offset += page
+
+
 def cmd_prune(args: argparse.Namespace) -> int:
+    """Delete finished runs older than ``--older-than`` (or, ``--dry-run``, count them)."""
     from brain._clock import utcnow
 
     age = parse_age(args.older_than)
-
-    count = _in_store(lambda store: store.prune(utcnow() - age))
-    render.ok(f"deleted {count} finished run{'s' if count != 1 else ''} older than {args.older_than}")
+    before = utcnow() - age
+    if args.dry_run:
+        count = _in_store(lambda store: prunable_runs(store, before))
+        render.ok(f"would delete {render.plural(count, 'finished run')} older than "
+                  f"{args.older_than} (dry run: nothing was deleted)")
+        return 0
+    count = _in_store(lambda store: store.prune(before))
+    render.ok(f"deleted {render.plural(count, 'finished run')} older than {args.older_than}")
     return 0
+
+
+async def prunable_runs(store: Store, before: datetime, page: int = 500) -> int:
+    """How many runs ``store.prune(before)`` would delete: finished ones that ended before
+    ``before``. Read page by page, with the store's own listing."""
+    count = 0
+    for status in ("succeeded", "failed", "cancelled"):
+        offset = 0
+        while True:
+            runs = await store.list_runs(status=status, offset=offset, limit=page)
+            count += sum(1 for r in runs if r.ended_at is not None and r.ended_at < before)
+            if len(runs) < page:
+                break
+            offset += page
+    return count
 
 
 def cmd_db(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import datetime
@@ -15,6 +16,7 @@ from brain.cli import silence
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from brain.dsl.model import WorkflowGraph
     from brain.results import RunResult
     from brain.runner.events import StepEvent
     from brain.workflow import Workflow
@@ -33,10 +35,39 @@ class _Console(Console):
         silence(self.file)
 
 
+#: The width of a console whose stream is not a terminal (a pipe, a file) and that
+#: ``COLUMNS`` does not size: wide enough that no table is cut or wrapped (rich would
+#: otherwise assume 80 columns).
+PIPE_WIDTH = 100_000
+
+
+def _width(stream: object) -> int | None:
+    """The width to give a console on ``stream``: the terminal's own (``None``), the one
+    ``COLUMNS`` says, or :data:`PIPE_WIDTH` when nothing can be cut."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        terminal = bool(isatty()) if isatty is not None else False
+    except (OSError, ValueError):  # a closed stream
+        terminal = False
+    if terminal or os.environ.get("COLUMNS", "").isdigit():
+        return None
+    return PIPE_WIDTH
+
+
 # soft_wrap: never re-wrap text at the terminal width; emoji=False: never turn a :name: in
 # an output or a message into an emoji (outputs and messages stay intact).
-err = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
-out = _Console(highlight=False, soft_wrap=True, emoji=False)
+err = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False,
+               width=_width(sys.stderr))
+out = _Console(highlight=False, soft_wrap=True, emoji=False, width=_width(sys.stdout))
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 step``, ``2 steps``, ``0 steps``; ``many`` for an irregular plural.
+
+    >>> plural(1, "run"), plural(3, "run"), plural(2, "memory", "memories")
+    ('1 run', '3 runs', '2 memories')
+    """
+    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def write_stdout(text: str) -> None:
@@ -71,6 +102,16 @@ def ok(message: str) -> None:
     err.print(escape(message))
 
 
+def result(message: str, *, dim: bool = False) -> None:
+    """A line of a command's result on stdout (``brain check``'s verdicts)."""
+    out.print(f"[dim]{escape(message)}[/]" if dim else escape(message))
+
+
+def note(message: str) -> None:
+    """A line of information on stderr, set off from the run's own lines."""
+    err.print(f"[cyan]note:[/] {escape(message)}")
+
+
 def _preview(text: str | None, width: int = 60) -> str:
     if not text:
         return ""
@@ -99,8 +140,7 @@ class Progress:
 
     def _header(self) -> None:
         self._header_shown = True
-        count = len(self.wf.spec.steps)
-        err.print(f"[bold]{escape(self.wf.name)}[/] · {count} step{'s' if count != 1 else ''}")
+        err.print(f"[bold]{escape(self.wf.name)}[/] · {plural(len(self.wf.spec.steps), 'step')}")
 
     def __call__(self, event: StepEvent) -> None:
         if event.step in self._ended:
@@ -141,6 +181,17 @@ def _table() -> Table:
     return Table(box=None, pad_edge=False)
 
 
+def print_table(table: Table) -> None:
+    """Print ``table`` on stdout; into a pipe or a file, with no trailing blanks on its
+    lines (rich pads every cell to its column's width)."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    with out.capture() as captured:
+        out.print(table)
+    write_stdout("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
 def _when(t: datetime | None) -> str:
     return t.astimezone().strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
@@ -159,7 +210,7 @@ def runs_table(results: list[RunResult]) -> None:
         table.add_row(r.run_id[:12], escape(r.workflow),
                       f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]", r.trigger.event,
                       _when(r.started_at or r.created_at), took, escape((r.error or "")[:60]))
-    out.print(table)
+    print_table(table)
 
 
 def run_detail(r: RunResult) -> None:
@@ -181,7 +232,7 @@ def run_detail(r: RunResult) -> None:
         detail = f"[red]{escape(s.error)}[/]" if s.error else _preview(s.output)
         table.add_row(escape(s.name), s.kind, f"[{_STYLE.get(str(s.status), '')}]{s.status}[/]",
                       str(s.tries), took, detail)
-    out.print(table)
+    print_table(table)
 
 
 def graph(wf: Workflow) -> None:
@@ -200,6 +251,48 @@ def graph(wf: Workflow) -> None:
         conditions = wf.graph.conditions.get(name)
         when = f"  [yellow]when {escape(' and '.join(conditions))}[/]" if conditions else ""
         out.print(f"{indent}{escape(name)}{when}{after}")
+
+
+def mermaid(graph: WorkflowGraph) -> str:
+    """A Mermaid flowchart of ``graph``: a conditioned step shows its conditions, a
+    ``for_each`` block is a subgraph, an edge from a condition is labelled ``when``."""
+    in_group = {name for group in graph.groups for name in group.steps}
+    lines = ["flowchart TD"]
+
+    def node(name: str) -> str:
+        label = name
+        if name in graph.conditions:
+            label += "<br/>when " + " and ".join(graph.conditions[name])
+        return f"{_mermaid_id(name)}[\"{label.replace(chr(34), '#quot;')}\"]"
+
+    lines += [f"    {node(name)}" for name in graph.nodes if name not in in_group]
+    for i, group in enumerate(graph.groups):
+        title = f"{group.label}, {group.max_parallel} at a time".replace('"', "#quot;")
+        lines.append(f"    subgraph g{i}[\"{title}\"]")
+        lines += [f"        {node(name)}" for name in group.steps]
+        lines.append("    end")
+    for up, down in graph.edges:
+        conditions = graph.conditions.get(down, ())
+        when = any(c.strip("{}").removeprefix("not {") == up for c in conditions)
+        arrow = "-. when .->" if when else "-->"
+        lines.append(f"    {_mermaid_id(up)} {arrow} {_mermaid_id(down)}")
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_id(name: str) -> str:
+    return "s_" + name.replace("-", "__")
+
+
+def workers(rows: list[dict[str, Any]]) -> None:
+    """``brain workers``: one line per executor process."""
+    if not rows:
+        ok("no executor process has written a heartbeat (none is running)")
+        return
+    for w in rows:
+        state = "LOST" if w["lost"] else "alive"
+        write_stdout(f"{w['kind']:<6} {w['host']}:{w['pid']:<8} {state:<5} "
+                     f"executing {w['executing']:<3} last heartbeat "
+                     f"{w['silent_seconds']:.0f}s ago  started {w['started_at'][:19]}\n")
 
 
 def tools(listing: list[dict[str, Any]]) -> None:

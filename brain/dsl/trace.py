@@ -62,10 +62,13 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
             text = str(exc)
             if text.startswith(where):
                 raise
-            raise WorkflowDefinitionError(f"{where}: {text}") from None
+            # The original traceback is kept: it holds the user's offending call.
+            raise WorkflowDefinitionError(f"{where}: {text}").with_traceback(
+                exc.__traceback__) from None
         except TypeError as exc:  # json.dumps(node) and friends
             if "StepNode" in str(exc) or "TriggerField" in str(exc):
-                raise WorkflowDefinitionError(f"{where}: {MISUSE}") from None
+                raise WorkflowDefinitionError(f"{where}: {MISUSE}").with_traceback(
+                    exc.__traceback__) from None
             raise
     tracer.check_previous_refs()
     if not tracer.steps:

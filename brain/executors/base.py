@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from brain._errors import StepFailed
 from brain._secrets import MIN_SECRET_LENGTH, longest, remember, scrub
 from brain.dsl.model import SecretRef
+from brain.executors.steplog import StepLog
 
 #: ``resolve(text, shell_quote)`` fills in a template for the current run.
 Resolve = Callable[[str, bool], str]
@@ -48,6 +49,9 @@ class StepContext:
     #: returns completes once the record is committed (raising ``LeaseLost`` when the run
     #: is no longer this executor's): until then the step's program is held at a gate.
     on_process: Callable[[ProcessGroup], Awaitable[None]] | None = None
+    #: The step's log (SPEC §20): what its programs and functions print, line by line, as
+    #: they print it. ``None`` where nothing keeps a log.
+    log: StepLog | None = None
 
 
 @dataclass
@@ -62,8 +66,10 @@ class PreparedStep:
     inputs: dict[str, Any]
     payload: dict[str, Any]
     secrets: list[str] = field(default_factory=list)
-    #: Set by an executor that has an error stream, so a timed-out try can store it too.
+    #: Set by an executor that has an error stream, so a timed-out or cancelled try can
+    #: store it too; ``output``: likewise, what it printed on its standard output so far.
     stderr: str | None = None
+    output: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from brain import placeholders
 from brain._errors import StepFailed
 from brain.dsl.model import FunctionStepSpec, SecretRef
 from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
+from brain.executors.capture import capturing
 from brain.executors.threads import run_in_thread
 
 _TEXT_TYPES: tuple[object, ...] = (str, Any, inspect.Parameter.empty)
@@ -63,12 +64,13 @@ class FunctionExecutor:
         """Call the function and turn its return value into the output text."""
         sig, _ = _signature(spec.func)
         bound = inspect.BoundArguments(sig, prepared.payload["arguments"])
-        if inspect.iscoroutinefunction(spec.func):
-            result = await spec.func(*bound.args, **bound.kwargs)
-        else:
-            result = await run_in_thread(spec.func, *bound.args, **bound.kwargs)
-            if inspect.isawaitable(result):
-                result = await result
+        with capturing(ctx.log):  # its print() and logging go to its step's log
+            if inspect.iscoroutinefunction(spec.func):
+                result = await spec.func(*bound.args, **bound.kwargs)
+            else:
+                result = await run_in_thread(spec.func, *bound.args, **bound.kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
         return StepOutput(output=output_text(result))
 
 

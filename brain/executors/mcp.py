@@ -7,7 +7,8 @@ the protocol version, sends exactly one ``tools/call`` — through
 ``tools/list`` to validate structured output — and the server is stopped
 (stdin closed, then its process group killed). The group is announced to the
 runner once the server's shell has written its pid (``StepContext.on_process``).
-Its stderr goes to a file, of which the last 8 KiB are kept. The SDK is
+Its stderr goes to a file, read into the step's log as it grows, of which the last 8 KiB
+are kept as the step's stderr. The SDK is
 imported only when a step runs.
 """
 
@@ -19,6 +20,7 @@ import errno
 import json
 import os
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from brain._errors import StepFailed, innermost
@@ -41,6 +43,7 @@ from brain.executors.process import (
     open_gate,
     signal_group,
 )
+from brain.executors.steplog import StepLog
 
 STDERR_TAIL = 8192
 # sh runs the server and records its own pid (= the process group the SDK spawns) and the
@@ -110,7 +113,8 @@ class McpExecutor:
                 env=prepared.payload["env"] | run_marker(ctx), cwd=ctx.workflow_dir)
             # A file, not a pipe: nobody reads stderr while the server runs, and a full pipe
             # would block a chatty server.
-            with open(os.path.join(tmp, "stderr"), "w+b") as errlog:  # noqa: ASYNC230
+            with open(os.path.join(tmp, "stderr"), "w+b") as errlog, \
+                    _follow(errlog.name, ctx.log):  # noqa: ASYNC230 - the step's log reads it too
                 # The conversation runs in its own task: when this step is cancelled (a
                 # timeout, a failed sibling, a cancel request) the server's whole process
                 # group is killed at once, so the SDK's shutdown never waits on it.
@@ -236,6 +240,32 @@ async def _open_fifo_gate(path: str, go: bool, talk: asyncio.Future[Any]) -> Non
         return
 
 
+@contextlib.contextmanager
+def _follow(path: str, log: StepLog | None) -> Iterator[None]:
+    """While the block runs, what the server writes to its stderr file goes to the step's
+    log too (read a few times a second, and once more at the end)."""
+    if log is None:
+        yield
+        return
+    with open(path, "rb") as f:  # its own offset: the tail is read from the other handle
+
+        def read_new() -> None:
+            while data := f.read(1 << 20):
+                log.feed("stderr", data)
+
+        async def every_while() -> None:
+            while True:
+                await asyncio.sleep(_FOLLOW_SECONDS)
+                read_new()
+
+        task = asyncio.ensure_future(every_while())
+        try:
+            yield
+        finally:
+            task.cancel()
+            read_new()
+
+
 def _tail(errlog: Any) -> str | None:
     """The last 8 KiB the server wrote to stderr."""
     errlog.flush()
@@ -243,6 +273,10 @@ def _tail(errlog: Any) -> str | None:
     size = errlog.tell()
     errlog.seek(max(0, size - STDERR_TAIL - tail_margin()))
     return tail_text(errlog.read(), STDERR_TAIL)
+
+
+#: How often an MCP server's stderr is read into the step's log while it runs.
+_FOLLOW_SECONDS = 0.2
 
 
 def _read_int(path: str) -> int | None:

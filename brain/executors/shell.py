@@ -36,8 +36,11 @@ from brain.executors.process import (
     kill_group,
     signal_group,
 )
+from brain.executors.steplog import StepLog
 
 _SECRET_PREFIXES = ("BRAIN_", "THE_BRAIN_")
+#: How much one read of a step's pipe may take.
+_READ_BYTES = 1 << 20
 _SECRET_NAMES = frozenset({"LLM_API_KEY"})
 
 
@@ -100,8 +103,9 @@ class ShellExecutor:
             raise StepFailed(f"cannot start {argv[0]!r}: {exc}", retryable=False) from None
         assert proc.stdout is not None and proc.stderr is not None
         limit = spec.max_output_bytes
-        stdout = _Collector(proc.stdout, limit=limit + 1)
-        stderr = _Collector(proc.stderr, keep_tail=8192 + tail_margin())
+        stdout = _Collector(proc.stdout, limit=limit + 1, log=ctx.log, stream="stdout")
+        stderr = _Collector(proc.stderr, keep_tail=8192 + tail_margin(), log=ctx.log,
+                            stream="stderr")
         readers = [asyncio.ensure_future(stdout.run()), asyncio.ensure_future(stderr.run())]
         try:
             try:
@@ -123,6 +127,9 @@ class ShellExecutor:
             signal_group(proc.pid, signal.SIGTERM)
             with contextlib.suppress(BaseException):
                 await asyncio.shield(_reap(proc, readers))
+            # Timed out or cancelled: what it printed so far is kept all the same.
+            prepared.output = _text(stdout, limit)
+            prepared.stderr = tail_text(bytes(stderr.data))
             raise
         finally:
             _close_pipes(proc)
@@ -132,17 +139,22 @@ class ShellExecutor:
 def _outcome(code: int | None, stdout: _Collector, stderr: _Collector, limit: int) -> StepOutput:
     """The ended process's output, or :class:`StepFailed` saying why it failed."""
     err_tail = tail_text(bytes(stderr.data))
+    out = _text(stdout, limit)
     if stdout.size > limit:
         raise StepFailed(f"output is larger than max_output_bytes ({limit} bytes)",
-                         stderr=err_tail, retryable=False)
+                         stderr=err_tail, retryable=False, output=out)
     if code != 0:
         reason = f"exit code {code}" if code is not None and code > 0 else \
             f"killed by signal {-(code or 0)}"
         last = (err_tail or "").strip().splitlines()
         raise StepFailed(f"command failed with {reason}" + (f": {cut(last[-1], 500)}" if last else ""),
-                         stderr=err_tail)
-    out = bytes(stdout.data).decode("utf-8", errors="replace").rstrip("\n")
+                         stderr=err_tail, output=out)
     return StepOutput(output=out, stderr=err_tail)
+
+
+def _text(stdout: _Collector, limit: int) -> str:
+    """The standard output kept (at most ``limit`` bytes), trailing newlines removed."""
+    return bytes(stdout.data[:limit]).decode("utf-8", errors="replace").rstrip("\n")
 
 
 def _close_stdin(proc: asyncio.subprocess.Process) -> None:
@@ -167,10 +179,14 @@ def _unrunnable(program: str, path: str, cwd: str) -> str | None:
 
 
 class _Collector:
-    """Reads a pipe to its end, keeping all (up to ``limit``) or only the last bytes."""
+    """Reads a pipe to its end, keeping all (up to ``limit``) or only the last bytes, and
+    feeding each chunk to the step's log (as ``stream``)."""
 
-    def __init__(self, stream: asyncio.StreamReader, *, limit: int | None = None,
-                 keep_tail: int | None = None) -> None:
+    def __init__(self, pipe: asyncio.StreamReader, *, limit: int | None = None,
+                 keep_tail: int | None = None, log: StepLog | None = None,
+                 stream: str = "stdout") -> None:
+        self.pipe = pipe
+        self.log = log
         self.stream = stream
         self.limit = limit
         self.keep_tail = keep_tail
@@ -180,9 +196,11 @@ class _Collector:
 
     async def run(self) -> None:
         while True:
-            chunk = await self.stream.read(65536)
+            chunk = await self.pipe.read(_READ_BYTES)
             if not chunk:
                 return
+            if self.log is not None:
+                self.log.feed(self.stream, chunk)
             self.size += len(chunk)
             if self.limit is not None and self.size >= self.limit:
                 # Over the limit: say so, keep draining (and dropping) until EOF so the

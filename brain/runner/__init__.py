@@ -20,10 +20,10 @@ from brain.runner.claimed import (
     lease_seconds,
     resume_run,
 )
-from brain.runner.events import EventHandler, StepEvent
+from brain.runner.events import EventHandler, LogEvent, LogHandler, StepEvent
 from brain.runner.now import run_workflow_now
 from brain.runner.workflows import RunnableWorkflow
 
-__all__ = ["WORKFLOW_CHANGED", "EventHandler", "RunnableWorkflow", "StepEvent", "cancel_run",
-           "end_leftover_processes", "execute_claimed", "execute_run", "lease_seconds",
-           "new_owner", "resume_run", "run_workflow_now"]
+__all__ = ["WORKFLOW_CHANGED", "EventHandler", "LogEvent", "LogHandler", "RunnableWorkflow",
+           "StepEvent", "cancel_run", "end_leftover_processes", "execute_claimed", "execute_run",
+           "lease_seconds", "new_owner", "resume_run", "run_workflow_now"]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from brain.executors import Executor
     from brain.runner.lease import Lease
+    from brain.runner.logwriter import LogWriter
     from brain.runner.values import Values
     from brain.store.base import RunStore
 
@@ -116,13 +117,20 @@ class StepRunner:
                             tries + 1, started, self.recorder.owner)
         marked.append(mark)
         self.recorder.emit(spec.name, "running", tries + 1)
-        return await self._tries(executor, spec, prepared, _Try(tries, started, inputs, mark))
+        writer = self.recorder.log_writer(spec.name, tries)
+        writer.log.secrets = list(prepared.secrets)
+        try:
+            return await self._tries(executor, spec, prepared,
+                                     _Try(tries, started, inputs, mark, writer))
+        finally:
+            if not writer.closed:  # stored already, unless the step broke off
+                await asyncio.shield(writer.close())
 
     async def _tries(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
                      state: _Try) -> Outcome:
         """Try, and try again while the failure is worth it and ``retries`` allow."""
         ctx = replace(self.ctx, on_process=partial(self.lease.process_started, spec.name,
-                                                   state.records))
+                                                   state.records), log=state.writer.log)
         secrets = prepared.secrets
         t0 = time.perf_counter()
         attempt = 0
@@ -133,6 +141,9 @@ class StepRunner:
                 result = await attempt_once(executor, spec, prepared, ctx)
             except asyncio.CancelledError:
                 state.mark.drop()  # the run records this step as cancelled; no late "running"
+                # What it printed so far is kept with its end, which the run writes.
+                self.recorder.cut_off(spec.name, stored_text(prepared.output, secrets),
+                                      stored_text(prepared.stderr, secrets))
                 raise
             finally:
                 self.lease.step_ended(spec.name)
@@ -146,17 +157,21 @@ class StepRunner:
             message = stored_text(result.message, secrets) or "failed"
             if result.retryable and attempt <= spec.retries:
                 self.recorder.emit(spec.name, "retrying", state.tries, message)
-                delay = spec.retry_delay_seconds * 2 ** (attempt - 1)
-                await asyncio.sleep(max(delay, result.retry_after or 0.0))
+                delay = max(spec.retry_delay_seconds * 2 ** (attempt - 1), result.retry_after or 0.0)
+                state.writer.log.say(f"try {state.tries} failed: {message}; "
+                                     f"trying again in {delay:g} s")
+                await asyncio.sleep(delay)
                 continue
             await self._finish(spec.name, StepStatus.FAILED, state, ended, t0, error=message,
-                               stderr=stored_text(result.stderr, secrets))
+                               stderr=stored_text(result.stderr, secrets),
+                               output=clean_text(stored_text(result.output, secrets)))
             return Outcome(spec.name, False, message)
 
     async def _finish(self, name: str, status: StepStatus, state: _Try, ended: datetime,
                       t0: float, **fields: Any) -> None:
-        """The final write of a step that ran: its running mark and process records land
-        first (a record that failed, a lost lease included, raises here)."""
+        """The final write of a step that ran: its running mark, process records and log
+        land first (a record that failed, a lost lease included, raises here)."""
+        await state.writer.close()
         await state.mark.settle()
         for task in state.records:
             await task
@@ -168,14 +183,15 @@ class StepRunner:
 
 class _Try:
     """What a step's tries share: how many so far, when it started, its stored inputs, its
-    running mark and the records of the process groups it started."""
+    running mark, the records of the process groups it started and its log."""
 
     def __init__(self, tries: int, started: datetime, inputs: dict[str, Any],
-                 mark: _RunningMark) -> None:
+                 mark: _RunningMark, writer: LogWriter) -> None:
         self.tries = tries
         self.started = started
         self.inputs = inputs
         self.mark = mark
+        self.writer = writer
         self.records: list[asyncio.Task[None]] = []
 
 
@@ -183,6 +199,7 @@ async def attempt_once(executor: Executor, spec: StepSpec, prepared: PreparedSte
                        ctx: StepContext) -> StepOutput | StepFailed:
     """One try: the output, or a :class:`StepFailed` saying why and whether to retry."""
     timeout = asyncio.timeout(spec.timeout_seconds)
+    prepared.output = prepared.stderr = None  # an earlier try's
     try:
         async with timeout:
             result: StepOutput = await executor.execute(spec, prepared, ctx)
@@ -190,8 +207,8 @@ async def attempt_once(executor: Executor, spec: StepSpec, prepared: PreparedSte
         return exc
     except TimeoutError:
         if timeout.expired():
-            return StepFailed(f"timed out after {spec.timeout_seconds:g}s",
-                              stderr=prepared.stderr)
+            return StepFailed(f"timed out after {spec.timeout_seconds:g} s",
+                              stderr=prepared.stderr, output=prepared.output)
         return StepFailed("TimeoutError raised by the step")
     except PlaceholderError as exc:
         return StepFailed(describe(exc), retryable=False)
@@ -200,7 +217,7 @@ async def attempt_once(executor: Executor, spec: StepSpec, prepared: PreparedSte
     size = len(result.output.encode("utf-8", errors="replace"))
     if size > spec.max_output_bytes:
         return StepFailed(f"output is larger than max_output_bytes ({spec.max_output_bytes} bytes)",
-                          stderr=result.stderr, retryable=False)
+                          stderr=result.stderr, retryable=False)  # too large to keep
     return result
 
 

@@ -18,7 +18,7 @@ from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus
 from brain.runner.engine import RunExecution
-from brain.runner.events import EventHandler
+from brain.runner.events import EventHandler, LogHandler
 from brain.runner.queueing import failure_runs
 from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import RunRecord, RunStore
@@ -57,13 +57,15 @@ async def execute_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *, own
 
 async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str, *,
                           first_start: bool, on_event: EventHandler | None = None,
+                          on_log: LogHandler | None = None,
                           executors: Mapping[str, Executor] | None = None,
                           abandon_on_cancel: Callable[[], bool] | None = None,
                           loaded: Mapping[str, RunnableWorkflow] | None = None) -> RunResult:
     """Execute a run this ``owner`` has just claimed (see :func:`execute_run`).
 
     ``first_start``: the run was queued until now, so ``{previous.X}`` is
-    chosen now (and stored, so a resume sees the same values). ``loaded``: the
+    chosen now (and stored, so a resume sees the same values). ``on_log`` is told of
+    steps' new log lines. ``loaded``: the
     workflows as the serving process has them now (failure handlers are queued as
     it has them).
     """
@@ -90,7 +92,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                              previous_run_id=previous, lease_seconds=lease,
                              outputs=await store.step_outputs(run_id),
                              tries={n: t for n, (_, t) in states.items()},
-                             executors=executors, on_event=on_event,
+                             executors=executors, on_event=on_event, on_log=on_log,
                              abandon_on_cancel=abandon_on_cancel, loaded=loaded)
     await execution.execute()
     return await store.get_run(run_id)

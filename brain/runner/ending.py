@@ -73,6 +73,7 @@ async def write_end(end: End, recorder: Recorder, failures: list[Outcome], *, ha
     """Write ``end``: failures not written with their step first, then each row's steps,
     the block instances left, and the run (with its failure handlers' runs)."""
     store, run_id, owner = recorder.store, recorder.run_id, recorder.owner
+    await recorder.write_cut_off()
     for failed in failures:
         if not failed.recorded:  # an orchestrator error kept the step's own write from happening
             await recorder.ended([failed.name], StepStatus.FAILED, failed.error, emit=False)

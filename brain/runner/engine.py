@@ -23,7 +23,7 @@ from brain.results import RunStatus, TriggerData
 from brain.runner.attempt import StepRunner
 from brain.runner.blocks import run_block
 from brain.runner.ending import end_of, write_end
-from brain.runner.events import EventHandler
+from brain.runner.events import EventHandler, LogHandler
 from brain.runner.lease import Lease
 from brain.runner.plan import Plan, Unit
 from brain.runner.queueing import failure_runs
@@ -49,7 +49,7 @@ class RunExecution:
                  trigger: TriggerData, previous_run_id: str | None, lease_seconds: float,
                  outputs: dict[str, str] | None = None, tries: Mapping[str, int] | None = None,
                  executors: Mapping[str, Executor] | None = None,
-                 on_event: EventHandler | None = None,
+                 on_event: EventHandler | None = None, on_log: LogHandler | None = None,
                  previous_outputs: dict[str, str] | None = None,
                  abandon_on_cancel: Callable[[], bool] | None = None,
                  loaded: Mapping[str, RunnableWorkflow] | None = None) -> None:
@@ -66,7 +66,7 @@ class RunExecution:
                              None if previous_outputs is None else dict(previous_outputs))
         self.lease = Lease(store, run_id, owner, lease_seconds)
         self.recorder = Recorder(store, run_id, owner, {s.name: s.kind for s in wf.spec.steps},
-                                 on_event)
+                                 on_event, on_log)
         ctx = StepContext(workflow_dir=wf.source_dir, protected_env=remember_known_secrets(wf),
                           run_id=run_id)
         make_undumpable()

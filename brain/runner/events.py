@@ -1,9 +1,12 @@
-"""Progress events the runner emits while a run executes (for live output)."""
+"""Progress events the runner emits while a run executes (for live output): a step's
+change of status, and new lines of its log."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from brain.results import LogLine
 
 
 @dataclass(frozen=True)
@@ -20,3 +23,16 @@ class StepEvent:
 
 
 EventHandler = Callable[[StepEvent], None]
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """New lines of a step's log, as they are stored (at least once a second while the
+    step runs, and when it ends)."""
+
+    run_id: str
+    step: str
+    lines: tuple[LogLine, ...]
+
+
+LogHandler = Callable[[LogEvent], None]

@@ -14,7 +14,7 @@ from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, TriggerData
 from brain.runner.claimed import execute_claimed, lease_seconds
 from brain.runner.engine import RunExecution
-from brain.runner.events import EventHandler
+from brain.runner.events import EventHandler, LogHandler
 from brain.runner.queueing import new_run
 from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
 from brain.store.base import RunStore
@@ -59,9 +59,14 @@ async def _store_for(store: RunStore | str | None) -> AsyncIterator[RunStore]:
 
 async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                            store: RunStore | str | None = None, on_event: EventHandler | None = None,
+                           on_log: LogHandler | None = None,
                            executors: Mapping[str, Executor] | None = None,
                            previous_outputs: dict[str, str] | None = None) -> RunResult:
-    """Record a new run of ``wf``, execute it in this process, and return its result."""
+    """Record a new run of ``wf``, execute it in this process, and return its result.
+
+    ``on_event`` is told of every step's change of status, ``on_log`` of new lines of
+    steps' logs (as they are stored).
+    """
     trig = TriggerData.from_input(trigger)
     remember_known_secrets(wf)  # before the trigger is stored
     async with _store_for(store) as st:
@@ -79,13 +84,14 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                             previous_run_id=previous)
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
                                  lease_seconds=lease, executors=executors, on_event=on_event,
+                                 on_log=on_log,
                                  previous_outputs=previous_outputs)
         await execution.execute()
         if execution.stalled:
             # The database stalled for longer than a lease, so the work stopped. Unless
             # another executor took the run meanwhile, finish it here: it was accepted.
             resumed = await _resume_after_stall(wf, st, run_id, owner, lease, on_event=on_event,
-                                                executors=executors)
+                                                on_log=on_log, executors=executors)
             if resumed is not None:
                 return resumed
         return await st.get_run(run_id)
@@ -93,7 +99,7 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
 
 async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str,
                               lease: float, *,
-                              on_event: EventHandler | None,
+                              on_event: EventHandler | None, on_log: LogHandler | None,
                               executors: Mapping[str, Executor] | None) -> RunResult | None:
     """Claim the run again once its lease has run out (by the database's records), and
     execute what did not finish; ``None`` if another executor has it."""
@@ -112,7 +118,7 @@ async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str
         if not await store.claim_run(run_id, again, lease_seconds()):
             continue
         result = await execute_claimed(wf, store, run_id, again, first_start=False,
-                                       on_event=on_event, executors=executors)
+                                       on_event=on_event, on_log=on_log, executors=executors)
         if result.status in FINISHED_RUN:
             return result
     return None

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
 from brain.results import StepStatus, base_name
-from brain.runner.events import EventHandler, StepEvent
+from brain.runner.events import EventHandler, LogHandler, StepEvent
+from brain.runner.logwriter import LogWriter
 
 if TYPE_CHECKING:
     from brain.store.base import RunStore
@@ -24,12 +25,32 @@ class Recorder:
     """
 
     def __init__(self, store: RunStore, run_id: str, owner: str, kinds: Mapping[str, str],
-                 on_event: EventHandler | None) -> None:
+                 on_event: EventHandler | None, on_log: LogHandler | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.owner = owner
         self.kinds = kinds
         self.on_event = on_event
+        self.on_log = on_log
+        #: What steps cut off by a cancel had printed: written with the run's end.
+        self._cut_off: dict[str, tuple[str | None, str | None]] = {}
+
+    def log_writer(self, step: str, prior_tries: int) -> LogWriter:
+        """A writer that stores ``step``'s log as it runs (and tells ``on_log``)."""
+        return LogWriter(self.store, self.run_id, step, self.owner, prior_tries=prior_tries,
+                         on_log=self.on_log)
+
+    def cut_off(self, step: str, output: str | None, stderr: str | None) -> None:
+        """Keep what ``step`` printed before a cancel cut it off, for :meth:`write_cut_off`."""
+        if output or stderr:
+            self._cut_off[step] = (output or None, stderr)
+
+    async def write_cut_off(self) -> None:
+        """Store what the steps cut off had printed (before their end is written)."""
+        while self._cut_off:
+            step, (output, stderr) = self._cut_off.popitem()
+            await self.store.step_output(self.run_id, step, output=output, stderr=stderr,
+                                         owner=self.owner)
 
     def emit(self, step: str, status: str, tries: int = 0, error: str | None = None,
              seconds: float | None = None) -> None:

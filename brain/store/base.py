@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from brain._secrets import scrub
-from brain.results import RunResult, RunStatus, StepStatus, TriggerData
+from brain.results import LogBatch, LogLine, RunResult, RunStatus, StepStatus, TriggerData
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,30 @@ class RunStore(Protocol):
     async def steps_ended(self, run_id: str, names: Iterable[str], status: StepStatus,
                           error: str | None = None, *, owner: str | None = None) -> None:
         """Mark several steps ``skipped``, ``cancelled`` or ``failed`` at once."""
+        ...
+
+    async def step_output(self, run_id: str, name: str, *, output: str | None,
+                          stderr: str | None, owner: str | None = None) -> None:
+        """Keep what a step printed before it was cut off (its status is written after)."""
+        ...
+
+    async def append_log(self, run_id: str, step: str, batch: LogBatch, *,
+                         owner: str | None = None) -> None:
+        """Add to a step's stored log (see :class:`~brain.results.LogBatch`), in one commit."""
+        ...
+
+    async def read_log(self, run_id: str, step: str, *, after: int = 0,
+                       limit: int = 20_000) -> list[LogLine]:
+        """The stored lines of ``step`` whose ``seq`` is greater than ``after``, in order."""
+        ...
+
+    async def run_logs(self, run_id: str) -> dict[str, list[LogLine]]:
+        """Every stored line of the run, by step."""
+        ...
+
+    async def recent_logs(self, since: datetime, limit: int = 20_000
+                          ) -> list[tuple[str, str, str, LogLine]]:
+        """``(run id, workflow, step, line)`` of the lines stored at ``since`` or later."""
         ...
 
     async def add_steps(self, run_id: str, rows: Sequence[tuple[str, str, int]], *,

@@ -12,6 +12,9 @@ from brain._clock import utcnow
 from brain.store import queries
 from brain.store.backend import UsesBackend
 
+#: Which statement of ``queries.PRUNE`` deletes the runs (its count is the answer).
+_RUNS_DELETED = 2
+
 
 class Housekeeping(UsesBackend):
     """Worker rows (``brain serve``/``brain worker`` processes) and retention."""
@@ -37,4 +40,4 @@ class Housekeeping(UsesBackend):
         it) and the rows of workers silent since; return how many runs."""
         params = {"before": finished_before}
         counts = await self.db.transaction([(sql, params) for sql in queries.PRUNE])
-        return int(counts[1] or 0)
+        return int(counts[_RUNS_DELETED] or 0)

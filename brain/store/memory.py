@@ -12,7 +12,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from brain._clock import utcnow
-from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData, clean_text
+from brain.results import (
+    FINISHED_RUN,
+    LogBatch,
+    LogLine,
+    RunResult,
+    RunStatus,
+    StepStatus,
+    TriggerData,
+    clean_text,
+)
 from brain.store.base import QueuedRun, RunRecord, StepProcess
 from brain.store.memory_queue import MemoryQueue
 from brain.store.memory_state import MemoryStep, as_json, as_stored, run_result
@@ -121,6 +130,47 @@ class MemoryStore(MemoryQueue):
             step.inputs = as_json(inputs)
         if started_at is not None:
             step.started_at = as_stored(started_at)
+
+    async def step_output(self, run_id: str, name: str, *, output: str | None,
+                          stderr: str | None, owner: str | None = None) -> None:
+        """Keep what a step printed before it was cut off (its status is written after)."""
+        step = self._leased(run_id, owner).steps[name]
+        step.output, step.stderr = clean_text(output), clean_text(stderr)
+
+    async def append_log(self, run_id: str, step: str, batch: LogBatch, *,
+                         owner: str | None = None) -> None:
+        """Add to a step's stored log."""
+        if not batch:
+            return
+        lines = self._leased(run_id, owner).logs.setdefault(step, {})
+        now = utcnow()
+        if batch.drop is not None:
+            for seq in [s for s in lines if batch.drop[0] <= s <= batch.drop[1]]:
+                del lines[seq]
+        for line in (*batch.lines, *([batch.note] if batch.note is not None else [])):
+            lines[line.seq] = (LogLine(line.seq, line.stream, line.t,
+                                       clean_text(line.text) or ""), now)
+
+    async def read_log(self, run_id: str, step: str, *, after: int = 0,
+                       limit: int = 20_000) -> list[LogLine]:
+        """The stored lines of ``step`` whose ``seq`` is greater than ``after``, in order."""
+        lines = self._run(run_id).logs.get(step, {})
+        return [lines[seq][0] for seq in sorted(lines) if seq > after][:limit]
+
+    async def run_logs(self, run_id: str) -> dict[str, list[LogLine]]:
+        """Every stored line of the run, by step."""
+        logs = self._run(run_id).logs
+        return {step: [logs[step][seq][0] for seq in sorted(logs[step])]
+                for step in sorted(logs) if logs[step]}
+
+    async def recent_logs(self, since: datetime, limit: int = 20_000
+                          ) -> list[tuple[str, str, str, LogLine]]:
+        """``(run id, workflow, step, line)`` of the lines stored at ``since`` or later."""
+        found = [(when, run.record.id, run.record.workflow, step, line)
+                 for run in self._runs.values() for step, lines in run.logs.items()
+                 for line, when in lines.values() if when >= since]
+        found.sort(key=lambda f: (f[0], f[1], f[3], f[4].seq))
+        return [f[1:] for f in found[:limit]]
 
     async def step_process(self, run_id: str, process: StepProcess, *,
                            owner: str | None = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import LeaseLost, RunNotFound, StoreError
-from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData, step_order
+from brain.results import LogLine, RunResult, RunStatus, StepResult, StepStatus, TriggerData, step_order
 from brain.store.base import QueuedRun, RunRecord, StepProcess, stored_trigger
 
 _HEX = frozenset("0123456789abcdef")
@@ -58,6 +58,8 @@ class MemoryRun:
 
     record: RunRecord
     steps: dict[str, MemoryStep] = field(default_factory=dict)
+    #: Each step's stored log lines, by ``seq``, with when each was written.
+    logs: dict[str, dict[int, tuple[LogLine, datetime]]] = field(default_factory=dict)
     trigger_key: str | None = None
     delivery_id: str | None = None
 

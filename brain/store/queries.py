@@ -125,6 +125,25 @@ STEP_PROCESSES = (
     "WHERE run_id = :run_id AND process_group IS NOT NULL")
 STEP_KINDS_OF = "SELECT run_id, name, kind, status, tries FROM brain_steps WHERE run_id IN "
 
+STEP_OUTPUT = "UPDATE brain_steps SET output = :output, stderr = :stderr" + _STEP
+
+# --- step logs -----------------------------------------------------------------------------
+
+LOG_COLUMNS = ("run_id", "step", "seq", "stream", "t", "text", "written_at")
+INSERT_LOG_LINE = _insert("brain_step_logs", LOG_COLUMNS)
+#: The line saying what was dropped between a log's head and tail: written again as more is.
+UPSERT_LOG_NOTE = (INSERT_LOG_LINE + " ON CONFLICT (run_id, step, seq) DO UPDATE SET "
+                   "t = excluded.t, text = excluded.text, written_at = excluded.written_at")
+DROP_LOG_LINES = ("DELETE FROM brain_step_logs WHERE run_id = :run_id AND step = :step "
+                  "AND seq BETWEEN :first AND :last")
+_LOG_LINES = "SELECT step, seq, stream, t, text FROM brain_step_logs WHERE run_id = :run_id"
+LOG_OF_STEP = _LOG_LINES + " AND step = :step AND seq > :after ORDER BY seq LIMIT :limit"
+LOGS_OF_RUN = _LOG_LINES + " ORDER BY step, seq"
+RECENT_LOG_LINES = (
+    "SELECT l.run_id, r.workflow, l.step, l.seq, l.stream, l.t, l.text "
+    "FROM brain_step_logs AS l JOIN brain_runs AS r ON r.id = l.run_id "
+    "WHERE l.written_at >= :since ORDER BY l.written_at, l.run_id, l.step, l.seq LIMIT :limit")
+
 # --- queue and schedule fires --------------------------------------------------------------
 
 INSERT_FIRE = _insert("brain_fires", ("workflow", "trigger_key", "fire_time", "run_id",
@@ -168,6 +187,8 @@ LIST_WORKERS = ("SELECT id, host, pid, kind, started_at, heartbeat_at, executing
                 "FROM brain_workers ORDER BY heartbeat_at DESC")
 
 PRUNE = (
+    ("DELETE FROM brain_step_logs WHERE run_id IN (SELECT id FROM brain_runs "
+     f"WHERE status IN {FINISHED} AND ended_at < :before)"),
     ("DELETE FROM brain_steps WHERE run_id IN (SELECT id FROM brain_runs "
      f"WHERE status IN {FINISHED} AND ended_at < :before)"),
     f"DELETE FROM brain_runs WHERE status IN {FINISHED} AND ended_at < :before",

@@ -73,6 +73,14 @@ class StepRecords(UsesBackend):
             "inputs": None if inputs is None else json.dumps(inputs)})
         check_lease(written.rowcount, owner)
 
+    async def step_output(self, run_id: str, name: str, *, output: str | None,
+                          stderr: str | None, owner: str | None = None) -> None:
+        """Keep what a step printed before it was cut off (its status is written after)."""
+        written = await self.db.write(_leased(queries.STEP_OUTPUT, owner), {
+            "run_id": run_id, "name": name, "output": clean_text(output),
+            "stderr": clean_text(stderr), "owner": owner})
+        check_lease(written.rowcount, owner)
+
     async def step_process(self, run_id: str, process: StepProcess, *,
                            owner: str | None = None) -> None:
         """Record the process group a step's try has started (see :class:`StepProcess`),

@@ -6,6 +6,7 @@ no other module writes SQL. ``Store`` is assembled from one part per concern
 
 - :mod:`brain.store.runs` — a run's life: created, claimed, renewed, ended, cancelled, retried;
 - :mod:`brain.store.steps` — a run's steps as the runner records them;
+- :mod:`brain.store.logs` — steps' logs;
 - :mod:`brain.store.reading` — reading runs back;
 - :mod:`brain.store.queue` — the queue and schedule-fire claims;
 - :mod:`brain.store.housekeeping` — worker rows and pruning.
@@ -27,6 +28,7 @@ from brain._secrets import remember
 from brain.store.backend import Backend
 from brain.store.errors import database_problem, short
 from brain.store.housekeeping import Housekeeping
+from brain.store.logs import StepLogs
 from brain.store.queue import RunQueue
 from brain.store.reading import RunReading
 from brain.store.runs import RunLifecycle
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["Store", "database_problem", "default_url", "redact_url", "utcnow"]
 
 
-class Store(RunLifecycle, StepRecords, RunReading, RunQueue, Housekeeping):
+class Store(RunLifecycle, StepRecords, StepLogs, RunReading, RunQueue, Housekeeping):
     """Where runs are recorded. ``Store()`` uses ``BRAIN_DATABASE_URL``.
 
     >>> async with Store("sqlite+aiosqlite:///runs.db") as store:   # doctest: +SKIP

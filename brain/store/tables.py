@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -25,7 +26,7 @@ from sqlalchemy.types import TypeDecorator
 
 from brain.store.schema import SCHEMA_REVISION
 
-__all__ = ["SCHEMA_REVISION", "fires", "metadata", "runs", "steps", "workers"]
+__all__ = ["SCHEMA_REVISION", "fires", "metadata", "runs", "step_logs", "steps", "workers"]
 
 metadata = MetaData()
 
@@ -125,6 +126,22 @@ steps = Table(
     Column("process_group", Integer),
     Column("process_started", BigInteger),
     Column("process_machine", String(200)),
+)
+
+# A step's log, a row per line: the first 8 KiB and the last 64 KiB a step wrote, with one
+# line (stream ``brain``) between them saying what was dropped. ``t``: seconds since the
+# step started; ``written_at``: when the line's batch was stored (what the change watcher
+# looks for).
+step_logs = Table(
+    "brain_step_logs", metadata,
+    Column("run_id", String(32), ForeignKey("brain_runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("step", String(200), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("stream", String(8), nullable=False),
+    Column("t", Float, nullable=False),
+    Column("text", StoredText, nullable=False),
+    Column("written_at", UTCDateTime, nullable=False),
+    Index("ix_brain_step_logs_written", "written_at"),
 )
 
 # One row per executor process (brain serve, brain worker), renewed by its heartbeat.

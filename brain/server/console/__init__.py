@@ -26,16 +26,20 @@ from litestar.static_files import create_static_files_router
 
 from brain._clock import utcnow
 from brain._errors import RunNotFound
-from brain.results import FINISHED_RUN, RunResult, base_name
+from brain.results import FINISHED_RUN, RunResult, RunStatus, base_name
 from brain.server import security
 from brain.server.access import ServiceAccess, provide_access
 from brain.server.bodies import workflow_summary
+from brain.server.console import labels
+from brain.server.console.timeline import timeline, took
 from brain.server.routes import require_api_access
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
 #: Outputs longer than this are folded (the rest is behind "show all").
 FOLD_CHARS = 4000
+#: How many of the newest failure-handler runs a failed run's page looks through for its own.
+HANDLER_SEARCH = 200
 
 
 @functools.cache
@@ -46,6 +50,8 @@ def _templates() -> Any:
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
     env.filters["short"] = lambda run_id: (run_id or "")[:12]
+    env.filters["trigger"] = labels.trigger_label
+    env.filters["took"] = lambda run: took(_run_seconds(run))
     return env
 
 
@@ -73,6 +79,12 @@ def _seconds(run: RunResult, name: str) -> float | None:
     step = run.steps[name]
     if step.started_at and step.ended_at:
         return (step.ended_at - step.started_at).total_seconds()
+    return None
+
+
+def _run_seconds(run: RunResult) -> float | None:
+    if run.started_at and run.ended_at:
+        return (run.ended_at - run.started_at).total_seconds()
     return None
 
 
@@ -119,7 +131,10 @@ async def runs_page(request: Request[Any, Any, Any], brain: NamedDependency[Serv
 @get("/runs/{run_id:str}", include_in_schema=False, dependencies=_BRAIN)
 async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[ServiceAccess],
                    run_id: FromPath[str]) -> Response[str]:
-    """One run: its graph, a timeline, and every step's inputs, output, error and stderr."""
+    """One run: its graph, a timeline, and every step's inputs, output, error and stderr.
+
+    The page's script fetches this very page again when the run changes and swaps in
+    its parts, so the server's templates are the only place a run is drawn."""
     denied = _allowed(request)
     if denied is not None:
         return denied
@@ -134,24 +149,34 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
 
         statuses = {name: str(step.status) for name, step in run.steps.items()}
         graph_svg = svg(wf.graph, statuses)
-    start = run.started_at or run.created_at
-    end = run.ended_at or utcnow()
-    span = max((end - start).total_seconds(), 0.001) if start else 1.0
-    timeline = []
-    for name, step in run.steps.items():
-        if step.started_at and start:
-            left = (step.started_at - start).total_seconds() / span * 100
-            stop = step.ended_at or end
-            width = max((stop - step.started_at).total_seconds() / span * 100, 0.5)
-            timeline.append({"name": name, "status": str(step.status),
-                             "left": min(max(left, 0), 99.5), "width": min(width, 100 - left)})
-    return _render("run.html", run=run, graph=graph_svg, timeline=timeline, nav="runs",
-                   seconds=lambda name: _seconds(run, name), fold=FOLD_CHARS,
+    handlers: list[RunResult] = []
+    if run.status == RunStatus.FAILED and (wf is None or wf.failure_handlers):
+        # Handler runs are queued with the failure: among the newest runs started by one.
+        candidates = await brain.runs(workflow=None, status=None, event="failure",
+                                      limit=HANDLER_SEARCH)
+        handlers = labels.handler_runs(run.run_id, candidates)
+    return _render("run.html", run=run, graph=graph_svg, nav="runs", fold=FOLD_CHARS,
+                   timeline=timeline(run, utcnow()), took=took(_run_seconds(run)),
+                   seconds=lambda name: took(_seconds(run, name)),
                    active=run.status not in FINISHED_RUN,
                    retryable=str(run.status) in ("failed", "cancelled"),
+                   webhook=labels.webhook_facts(run.trigger.headers),
+                   failure_of=labels.failure_of(run), handlers=handlers,
                    inputs=lambda name: json.dumps(run.steps[name].inputs, indent=2,
                                                   ensure_ascii=False),
                    is_instance=lambda name: base_name(name) != name)
+
+
+@get(["/favicon.ico", "/favicon.svg"], include_in_schema=False, sync_to_thread=False)
+def favicon() -> Response[bytes]:
+    """The console's icon (an SVG), where browsers look for one by default."""
+    return Response(_favicon(), media_type="image/svg+xml",
+                    headers={"Cache-Control": "public, max-age=86400"})
+
+
+@functools.cache
+def _favicon() -> bytes:
+    return (HERE / "static" / "favicon.svg").read_bytes()
 
 
 @get("/login", include_in_schema=False)
@@ -194,4 +219,4 @@ STATIC = create_static_files_router(path="/console/static", directories=[HERE / 
                                     include_in_schema=False, name="console-static",
                                     send_as_attachment=False)
 
-PAGES: list[Any] = [workflows_page, runs_page, run_page, login_page, login, STATIC]
+PAGES: list[Any] = [workflows_page, runs_page, run_page, favicon, login_page, login, STATIC]

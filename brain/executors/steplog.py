@@ -1,0 +1,219 @@
+"""A step's log while it is written: what its programs and functions print, kept as the
+first :data:`HEAD_BYTES` and the last :data:`TAIL_BYTES`, handed out in batches.
+
+Writers :meth:`StepLog.feed` it bytes as they come (a pipe's chunk, a ``print``);
+whoever stores the log :meth:`StepLog.take` s a :class:`~brain.results.LogBatch` now and
+then. Feeding is cheap whatever the volume: bytes are only kept (no line is made)
+until the next take, and of those only the last :data:`TAIL_BYTES` (plus a margin)
+once the head is full, so a step printing 100 MB costs a byte count per chunk. Lines
+are made, decoded and scrubbed at take time, at most a few hundred KiB a time.
+
+Thread-safe: a ``@step`` function's threads print into the same log as the loop reads.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from brain._secrets import longest, scrub
+from brain.results import LogBatch, LogLine
+
+#: The first bytes of a step's log, always kept.
+HEAD_BYTES = 8 * 1024
+#: The last bytes of a step's log, kept as it moves on.
+TAIL_BYTES = 64 * 1024
+#: A longer line is kept in pieces of this many characters.
+LINE_CHARS = 16 * 1024
+
+_Chunk = tuple[str, float, bytes]
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", errors="replace")) + 1
+
+
+def _amount(size: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+class StepLog:
+    """One step's log, from its first try to its end (see the module)."""
+
+    def __init__(self, *, first_seq: int = 1, secrets: Iterable[str] = ()) -> None:
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self._next_seq = first_seq
+        self.secrets: list[str] = list(secrets)
+        self._fed = 0
+        self._head: list[_Chunk] = []  # within the first HEAD_BYTES fed, not yet made lines
+        self._chunks: deque[_Chunk] = deque()  # later, not yet made lines
+        self._chunk_bytes = 0
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+        self._carry: dict[str, tuple[float, str]] = {}  # each stream's unfinished line
+        self._cut: set[str] = set()  # streams whose next bytes begin mid-line (dropped before)
+        self._note_seq: int | None = None
+        self._tail: deque[tuple[int, int]] = deque()  # (seq, size) of tail lines made
+        self._tail_bytes = 0
+        self._dropped = [0, 0]  # lines, bytes
+        self._noted = (0, 0)
+        self._batch: dict[int, LogLine] = {}
+        self._drop: tuple[int, int] | None = None
+        self.fed_since_take = False
+
+    def seconds(self) -> float:
+        """Seconds since the log began (the step's first try)."""
+        return time.monotonic() - self._t0
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """Add bytes a writer wrote to ``stream`` (lines end with ``\\n``)."""
+        if not data:
+            return
+        with self._lock:
+            self.fed_since_take = True
+            t = time.monotonic() - self._t0
+            if self._fed < HEAD_BYTES:
+                part = data[:HEAD_BYTES - self._fed]
+                self._head.append((stream, t, part))
+                self._fed += len(part)
+                data = data[len(part):]
+                if not data:
+                    return
+            self._fed += len(data)
+            self._chunks.append((stream, t, data))
+            self._chunk_bytes += len(data)
+            self._trim_chunks()
+
+    def say(self, text: str) -> None:
+        """Add a line of The Brain's own (stream ``brain``)."""
+        self.feed("brain", (text.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
+
+    def take(self, *, final: bool = False) -> LogBatch:
+        """What to store now: the lines made since the last take, the stored lines the
+        tail has moved past, and the note on what was dropped. ``final``: the step has
+        ended; unfinished lines are ended too."""
+        with self._lock:
+            self.fed_since_take = False
+            for chunk in self._head:
+                self._make_lines(*chunk, head=True)
+            self._head.clear()
+            for chunk in self._chunks:
+                self._make_lines(*chunk, head=False)
+            self._chunks.clear()
+            self._chunk_bytes = 0
+            if final:
+                self._end_lines()
+            batch = LogBatch(tuple(self._batch.values()), self._drop, self._note())
+            self._batch, self._drop = {}, None
+            return batch
+
+    # --- inside the lock -----------------------------------------------------------------
+
+    def _trim_chunks(self) -> None:
+        """Keep no more unmade bytes than the tail (and a margin) can use."""
+        keep = TAIL_BYTES + LINE_CHARS + longest()
+        while self._chunk_bytes > keep:
+            stream, t, data = self._chunks[0]
+            over = self._chunk_bytes - keep
+            if over >= len(data):
+                self._chunks.popleft()
+                gone = data
+            else:
+                self._chunks[0] = (stream, t, data[over:])
+                gone = data[:over]
+            self._chunk_bytes -= len(gone)
+            self._count_dropped(gone.count(b"\n"), len(gone))
+            # What was held of unfinished lines is gone with it; every stream now goes on
+            # mid-line (and a secret cut in two there would escape the scrub: see _make_lines).
+            for carried in self._carry.values():
+                self._count_dropped(0, len(carried[1]))
+            self._cut.update({stream, *self._carry})
+            self._carry.clear()
+
+    def _count_dropped(self, lines: int, size: int) -> None:
+        self._dropped[0] += lines
+        self._dropped[1] += size
+
+    def _make_lines(self, stream: str, t: float, data: bytes, *, head: bool) -> None:
+        decoder = self._decoders.get(stream)
+        if decoder is None:
+            decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
+        text = decoder.decode(data)
+        if stream in self._cut:
+            # It begins mid-line: up to the line's end it is a fragment, maybe the end of a
+            # secret no scrub can recognise. Dropped.
+            end = text.find("\n")
+            if end < 0:
+                self._count_dropped(0, len(data))
+                return
+            self._count_dropped(1, len(text[:end + 1].encode("utf-8", errors="replace")))
+            text = text[end + 1:]
+            self._cut.discard(stream)
+        carried = self._carry.pop(stream, None)
+        if carried is not None:
+            t, text = carried[0], carried[1] + text
+        ended, newline, rest = text.rpartition("\n")
+        if newline:
+            for line in (scrub(ended, self.secrets) or "").split("\n"):
+                self._add_line(stream, t, line, head=head)
+        if len(rest) > LINE_CHARS:
+            whole = len(rest) - len(rest) % LINE_CHARS
+            for start in range(0, whole, LINE_CHARS):
+                self._add_line(stream, t, scrub(rest[start:start + LINE_CHARS], self.secrets)
+                               or "", head=head)
+            rest = rest[whole:]
+        if rest:
+            self._carry[stream] = (t, rest)
+
+    def _end_lines(self) -> None:
+        for stream, decoder in self._decoders.items():
+            rest = decoder.decode(b"", final=True)
+            if rest:
+                carried = self._carry.get(stream)
+                self._carry[stream] = (carried[0] if carried else self.seconds(),
+                                       (carried[1] if carried else "") + rest)
+        for stream, (t, text) in sorted(self._carry.items()):
+            self._add_line(stream, t, scrub(text, self.secrets) or "", head=False)
+        self._carry.clear()
+
+    def _add_line(self, stream: str, t: float, text: str, *, head: bool) -> None:
+        for start in range(0, max(len(text), 1), LINE_CHARS):
+            piece = text[start:start + LINE_CHARS]
+            if not head and self._note_seq is None:
+                self._note_seq = self._new_seq()  # where the note on dropped lines goes
+            seq = self._new_seq()
+            self._batch[seq] = LogLine(seq, stream, t, piece)
+            if not head:
+                self._keep_in_tail(seq, _size(piece))
+
+    def _new_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _keep_in_tail(self, seq: int, size: int) -> None:
+        self._tail.append((seq, size))
+        self._tail_bytes += size
+        while self._tail_bytes > TAIL_BYTES and len(self._tail) > 1:
+            old, old_size = self._tail.popleft()
+            self._tail_bytes -= old_size
+            self._count_dropped(1, old_size)
+            if self._batch.pop(old, None) is None:  # stored already: delete it
+                first = old if self._drop is None else self._drop[0]
+                self._drop = (first, old)
+
+    def _note(self) -> LogLine | None:
+        dropped = (self._dropped[0], self._dropped[1])
+        if dropped == self._noted:
+            return None
+        if self._note_seq is None:  # dropped before any line of the tail was made
+            self._note_seq = self._new_seq()
+        self._noted = dropped
+        return LogLine(self._note_seq, "brain", time.monotonic() - self._t0,
+                       f"… {dropped[0]:,} lines ({_amount(dropped[1])}) dropped …")

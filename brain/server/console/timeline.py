@@ -1,0 +1,104 @@
+"""A run's timeline: one labelled lane per step on one time axis (pure: run + now → rows).
+
+Every step has a lane, started or not, so a step that has not started yet (``pending``),
+one that waits (``waiting``) and one that runs (``running``, its bar reaching *now*)
+read differently at a glance. Positions are percentages of the run's span, drawn by the
+template as SVG attributes (the page's CSP forbids inline styles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from brain.results import RunResult, base_name
+
+#: Tick spacings to choose from, in seconds (the smallest giving at most MAX_TICKS ticks).
+_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+          10800, 21600, 43200, 86400, 172800, 604800)
+MAX_TICKS = 5
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A step's row: its bar (``left``/``width`` in percent, ``None`` before it started)."""
+
+    name: str
+    status: str
+    instance: bool
+    left: float | None
+    width: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A mark on the time axis, ``at`` percent of the span."""
+
+    at: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    lanes: list[Lane]
+    ticks: list[Tick]
+
+
+def took(seconds: float | None) -> str:
+    """A duration as people say it: ``0.02 s``, ``1.5 s``, ``12 s``, ``2 min 5 s``, ``1 h 4 min``."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds:.2f} s"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    whole = round(seconds)
+    if whole < 3600:
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
+    hours, rest = divmod(whole // 60, 60)
+    return f"{hours} h" + (f" {rest} min" if rest else "")
+
+
+def _tick_label(seconds: float) -> str:
+    if seconds < 60:
+        return f"{round(seconds, 1):g} s"
+    return took(seconds)
+
+
+def ticks(span: float) -> list[Tick]:
+    """Marks at round times (0, 1 s, 2 s, ... or 0, 5 min, ...) across ``span`` seconds."""
+    step = next((s for s in _STEPS if span / s <= MAX_TICKS), None) \
+        or math.ceil(span / MAX_TICKS / 86400) * 86400
+    marks, at = [], 0.0
+    while at <= span + 1e-9:
+        marks.append(Tick(at=at / span * 100, label=_tick_label(at)))
+        at += step
+    return marks
+
+
+def timeline(run: RunResult, now: datetime) -> Timeline:
+    """The lanes of ``run``'s steps (call order) and the axis, as of ``now``."""
+    start = run.started_at or run.created_at or now
+    end = run.ended_at or now
+    starts = [s.started_at for s in run.steps.values() if s.started_at]
+    start = min([start, *starts])
+    span = max((end - start).total_seconds(), 0.001)
+    lanes = []
+    for name, step in run.steps.items():
+        status = str(step.status)
+        instance = base_name(name) != name
+        if step.started_at is None:
+            lanes.append(Lane(name, status, instance, None, None, status))
+            continue
+        stop = step.ended_at or end
+        left = min(max((step.started_at - start).total_seconds() / span * 100, 0.0), 99.5)
+        width = min(max((stop - step.started_at).total_seconds() / span * 100, 0.5), 100 - left)
+        seconds = (stop - step.started_at).total_seconds()
+        note = took(seconds) if step.ended_at else f"{status} {took(seconds)}"
+        lanes.append(Lane(name, status, instance, round(left, 2), round(width, 2), note))
+    return Timeline(lanes=lanes, ticks=ticks(span))
