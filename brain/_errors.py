@@ -43,6 +43,10 @@ class RunNotFound(StoreError):
     """No run matches the given id or prefix."""
 
 
+class StepNotFound(RunNotFound):
+    """The run has no step of that name."""
+
+
 class WorkflowLoadError(BrainError):
     """A workflow file cannot be imported or traced, or names no usable workflow."""
 

@@ -4,7 +4,8 @@ Handlers receive a :class:`ServiceAccess` by Litestar dependency injection
 (:func:`provide_access`), never the app state or the store. Where the service has no
 method for a read the API needs, the store call is made here, in one named method
 (:meth:`ServiceAccess.runs`, :meth:`~ServiceAccess.run`, :meth:`~ServiceAccess.cancel`,
-:meth:`~ServiceAccess.workers`, :meth:`~ServiceAccess.metrics_text`).
+:meth:`~ServiceAccess.step_log`, :meth:`~ServiceAccess.workers`,
+:meth:`~ServiceAccess.metrics_text`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from litestar.datastructures import State
 
 from brain import runner
-from brain.results import RunResult, TriggerData
+from brain._errors import StepNotFound
+from brain.results import LogLine, RunResult, StepStatus, TriggerData
 from brain.server.events import ChangeWatcher
 
 if TYPE_CHECKING:
@@ -73,6 +75,17 @@ class ServiceAccess:
     async def run(self, run_id: str) -> RunResult:
         """One run with its steps, by id or unique prefix (a store read)."""
         return await self._service.store.get_run(run_id)
+
+    async def step_log(self, run_id: str, step: str, *, after: int = 0
+                       ) -> tuple[RunResult, StepStatus, list[LogLine]]:
+        """A step's status and its stored log lines after ``after`` (store reads): the run,
+        the step's status, the lines. ``StepNotFound`` for a step the run does not have."""
+        run = await self._service.store.get_run(run_id)
+        found = run.steps.get(step)
+        if found is None:
+            raise StepNotFound(f"run {run.run_id} has no step {step!r}")
+        lines = await self._service.store.read_log(run.run_id, step, after=after)
+        return run, found.status, lines
 
     async def cancel(self, run_id: str) -> tuple[RunResult, bool]:
         """Ask a run to stop (``brain.runner.cancel_run`` on the store): the run, and whether

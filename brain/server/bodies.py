@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from brain.dsl.triggers import CronTrigger, EveryTrigger, TriggerSpec, WebhookTrigger
-from brain.results import RunResult, RunStatus, StepStatus
+from brain.results import LogLine, RunResult, RunStatus, StepStatus
 
 if TYPE_CHECKING:
     from brain.workflow import Workflow
@@ -89,10 +89,12 @@ class ApiError(Struct, omit_defaults=True):
 class ChangeEvent(Struct):
     """One message of ``GET /api/events`` (server-sent events)."""
 
-    event: Annotated[str, Meta(description="run or step")]
+    event: Annotated[str, Meta(description="run, step or log")]
     data: Annotated[str, Meta(description='JSON; run: {"run_id", "workflow", "status", "error", '
                                           '"retry_of"}; step: {"run_id", "workflow", "name", '
-                                          '"kind", "status", "tries"}')]
+                                          '"kind", "status", "tries"}; log: {"run_id", '
+                                          '"workflow", "step", "lines": [{"seq", "stream", "t", '
+                                          '"text"}]}')]
 
 
 # --- runs ------------------------------------------------------------------------------------------
@@ -136,6 +138,36 @@ class RunDetail(Struct):
     previous_run_id: str | None
     retry_of: str | None
     steps: list[StepDetail]
+
+
+# --- step logs -------------------------------------------------------------------------------------
+
+
+class LogLineBody(Struct):
+    """One line of a step's log."""
+
+    seq: Annotated[int, Meta(description="grows with every line of the step; a gap is where "
+                                         "lines were dropped")]
+    stream: Annotated[str, Meta(description="stdout, stderr, log (a @step's logging) or brain")]
+    t: Annotated[float, Meta(description="seconds since the step started")]
+    text: str
+
+
+class StepLogBody(Struct):
+    """A step's stored log lines (those after ``after``), and where to go on from."""
+
+    run_id: str
+    step: str
+    status: StepStatus
+    lines: list[LogLineBody]
+    next: Annotated[int, Meta(description="pass as ?after= to get only the lines after these")]
+
+
+def step_log_body(run_id: str, step: str, status: StepStatus, lines: Iterable[LogLine],
+                  after: int) -> StepLogBody:
+    """The API's shape of a step's log lines."""
+    shown = [LogLineBody(ln.seq, ln.stream, round(ln.t, 3), ln.text) for ln in lines]
+    return StepLogBody(run_id, step, status, shown, shown[-1].seq if shown else after)
 
 
 # --- workers ---------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ Events (``data`` is JSON):
 
 * ``run``: ``{"run_id", "workflow", "status", "error", "retry_of"}``
 * ``step``: ``{"run_id", "workflow", "name", "kind", "status", "tries"}``
+* ``log``: ``{"run_id", "workflow", "step", "lines": [{"seq", "stream", "t", "text"}]}``,
+  the lines of one step stored since the last look
 """
 
 from __future__ import annotations
@@ -24,13 +26,18 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
+from brain.results import FINISHED_RUN, StepStatus
 
 if TYPE_CHECKING:
+    from brain.server.access import ServiceAccess
     from brain.store import Store
 
 log = logging.getLogger("brain.server")
 
 LOOK_SECONDS = 0.5
+#: A step in one of these has ended: nothing is added to its log any more.
+FINISHED_STEP = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED,
+                           StepStatus.CANCELLED})
 #: A listener that falls this far behind is dropped (its page reconnects and reloads).
 QUEUE_LIMIT = 1000
 
@@ -57,6 +64,8 @@ class ChangeWatcher:
         #: Last seen state: run id → (status, error); (run id, step) → (status, tries).
         self._runs: dict[str, tuple[str, str | None]] = {}
         self._steps: dict[tuple[str, str], tuple[str, int]] = {}
+        #: (run id, step) → the last log line's ``seq`` announced.
+        self._logged: dict[tuple[str, str], int] = {}
         self.looks = 0  # how many times the database was read (for tests)
 
     @contextlib.asynccontextmanager
@@ -95,10 +104,33 @@ class ChangeWatcher:
                 await asyncio.sleep(LOOK_SECONDS)
                 continue
             self.looks += 1
-            since = look_started - timedelta(seconds=2)  # overlap: a commit may land late
             for run, step_states in reversed(activity):
                 self._compare(run, step_states)
+            await self._new_lines(since)
+            since = look_started - timedelta(seconds=2)  # overlap: a commit may land late
             await asyncio.sleep(LOOK_SECONDS)
+
+    async def _new_lines(self, since: Any) -> None:
+        """Announce the log lines stored since ``since`` not announced yet, a ``log`` event
+        per step."""
+        try:
+            found = await self.store.recent_logs(since)
+        except Exception as exc:  # a busy database: look again next time
+            log.debug("change watcher: %s", exc)
+            return
+        batches: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = {}
+        for run_id, workflow, step, line in found:
+            key = (run_id, step)
+            if line.seq <= self._logged.get(key, 0):
+                continue
+            batches.setdefault(key, (workflow, []))[1].append(line.as_json())
+        for (run_id, step), (workflow, lines) in batches.items():
+            self._logged[(run_id, step)] = max(ln["seq"] for ln in lines)
+            self._publish("log", {"run_id": run_id, "workflow": workflow, "step": step,
+                                  "lines": lines})
+        if len(self._logged) > 20_000:  # forget the oldest (announced long ago)
+            for old in list(self._logged)[:10_000]:
+                del self._logged[old]
 
     def _compare(self, run: Any, step_states: dict[str, tuple[str, str, int]]) -> None:
         # Steps first: a run's end is announced after the ends of its steps.
@@ -150,3 +182,35 @@ async def stream(watcher: ChangeWatcher, run_id: str | None,
                 return
             event, data = item
             yield ServerSentEventMessage(event=event, data=json.dumps(data))
+
+
+#: How often a follower of one step's log looks for new lines.
+FOLLOW_SECONDS = 0.5
+
+
+async def follow_log(access: ServiceAccess, run_id: str, step: str,
+                     after: int) -> AsyncIterator[Any]:
+    """The server-sent events of ``GET .../steps/{step}/log?follow=true``: a ``log`` event
+    per batch of new lines, then ``end`` once the step has ended and its last lines were
+    sent (a step's last lines are stored before its end, so the status is read first)."""
+    from litestar.response import ServerSentEventMessage
+
+    yield ServerSentEventMessage(comment="following", retry=2000)
+    quiet = 0.0
+    while True:
+        run, status, lines = await access.step_log(run_id, step, after=after)
+        if lines:
+            after = lines[-1].seq
+            quiet = 0.0
+            yield ServerSentEventMessage(event="log", data=json.dumps(
+                {"run_id": run.run_id, "step": step, "lines": [ln.as_json() for ln in lines]}))
+            continue  # maybe more than one read's worth
+        if status in FINISHED_STEP or run.status in FINISHED_RUN:
+            yield ServerSentEventMessage(event="end", data=json.dumps(
+                {"run_id": run.run_id, "step": step, "status": str(status)}))
+            return
+        await asyncio.sleep(FOLLOW_SECONDS)
+        quiet += FOLLOW_SECONDS
+        if quiet >= 15:
+            quiet = 0.0
+            yield ServerSentEventMessage(comment="still here")

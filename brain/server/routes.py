@@ -35,15 +35,17 @@ from brain.server.bodies import (
     RunDetail,
     RunEnded,
     RunRequest,
+    StepLogBody,
     WorkerState,
     WorkflowDetail,
     WorkflowSummary,
     run_detail,
+    step_log_body,
     worker_states,
     workflow_detail,
     workflow_summary,
 )
-from brain.server.events import ChangeWatcher, stream
+from brain.server.events import ChangeWatcher, follow_log, stream
 from brain.server.json_input import JsonApiRequest, json_only
 from brain.store.queue import QueueFull
 
@@ -85,6 +87,8 @@ def _same_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
 # The query parameters of lists and streams, described for the OpenAPI document.
 OfWorkflow = Annotated[str | None, QueryParameter(description="only those of this workflow")]
 OfRun = Annotated[str | None, QueryParameter(description="only this run's (an id prefix will do)")]
+LinesAfter = Annotated[int, QueryParameter(description="only the lines whose seq is greater")]
+FollowLog = Annotated[bool, QueryParameter(description="stream new lines until the step ends")]
 InStatus = Annotated[str | None, QueryParameter(description="only runs in this status")]
 HowMany = Annotated[int, QueryParameter(description="how many: 1 to 1000")]
 #: The body of cancel and retry: no fields are defined, but malformed JSON is still refused.
@@ -192,6 +196,26 @@ async def events(changes: NamedDependency[ChangeWatcher], run_id: OfRun = None,
                            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
+@get("/runs/{run_id:str}/steps/{step:str}/log", responses=documented(400, 404, successes={
+    200: ResponseSpec(StepLogBody, description="the stored lines; with ?follow=true, "
+                      "server-sent events instead: log (new lines), then end")}))
+async def step_log(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
+                   step: FromPath[str], after: LinesAfter = 0,
+                   follow: FollowLog = False) -> StepLogBody | ServerSentEvent:
+    """A step's log: the first 8 KiB and the last 64 KiB it wrote, a line each with its
+    stream and time offset. ``?after=N``: only the lines after ``seq`` N. ``?follow=true``:
+    server-sent events, a ``log`` event (``{"run_id", "step", "lines"}``) per batch of new
+    lines as they are stored, then ``end`` (``{"run_id", "step", "status"}``) once the step
+    has ended."""
+    if after < 0:
+        raise HTTPException(status_code=400, detail="after must be 0 or more")
+    run, status, lines = await brain.step_log(run_id, step, after=after)  # 404 if unknown
+    if follow:
+        return ServerSentEvent(follow_log(brain, run.run_id, step, after),
+                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return step_log_body(run.run_id, step, status, lines, after)
+
+
 @get("/workers", responses=documented(400))
 async def list_workers(brain: NamedDependency[ServiceAccess]) -> list[WorkerState]:
     """The executor processes sharing the database (``brain serve``, ``brain worker``); one
@@ -255,6 +279,6 @@ API = Router(path="/api", guards=[require_api_access], request_class=JsonApiRequ
              dependencies={**_BRAIN, "changes": Provide(provide_changes, sync_to_thread=False)},
              exception_handlers=DOMAIN_ERRORS,
              route_handlers=[list_workflows, get_workflow, start_run, list_runs, get_run,
-                             cancel_run, retry_run, events, list_workers])
+                             cancel_run, retry_run, events, step_log, list_workers])
 
 ROUTES: list[ControllerRouterHandler] = [health, API, metrics, receive_webhook]

@@ -154,7 +154,8 @@ class MemoryStore(MemoryQueue):
     async def read_log(self, run_id: str, step: str, *, after: int = 0,
                        limit: int = 20_000) -> list[LogLine]:
         """The stored lines of ``step`` whose ``seq`` is greater than ``after``, in order."""
-        lines = self._run(run_id).logs.get(step, {})
+        run = self._runs.get(run_id)  # a run that is gone has no lines, as in SQL
+        lines = run.logs.get(step, {}) if run is not None else {}
         return [lines[seq][0] for seq in sorted(lines) if seq > after][:limit]
 
     async def run_logs(self, run_id: str) -> dict[str, list[LogLine]]:
