@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from brain._errors import StepFailed
@@ -41,6 +41,9 @@ from brain.executors.steplog import StepLog
 _SECRET_PREFIXES = ("BRAIN_", "THE_BRAIN_")
 #: How much one read of a step's pipe may take.
 _READ_BYTES = 1 << 20
+#: A read smaller than this waits :data:`_GATHER_SECONDS` before the next.
+_GULP_BYTES = 1 << 16
+_GATHER_SECONDS = 0.002
 _SECRET_NAMES = frozenset({"LLM_API_KEY"})
 
 
@@ -92,20 +95,28 @@ class ShellExecutor:
             raise StepFailed(f"cannot start {argv[0]!r}: {missing}", retryable=False)
         # The program waits at a gate, a first line on its standard input, until its process
         # group is recorded (SPEC §4).
-        try:
-            proc = await _start(
-                gated(argv), cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                start_new_session=True)
-        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-            raise StepFailed(f"cannot start {argv[0]!r}: {exc.strerror}", retryable=False) from None
-        except ValueError as exc:  # e.g. an embedded NUL in argv
-            raise StepFailed(f"cannot start {argv[0]!r}: {exc}", retryable=False) from None
-        assert proc.stdout is not None and proc.stderr is not None
-        limit = spec.max_output_bytes
-        stdout = _Collector(proc.stdout, limit=limit + 1, log=ctx.log, stream="stdout")
-        stderr = _Collector(proc.stderr, keep_tail=8192 + tail_margin(), log=ctx.log,
-                            stream="stderr")
+        with _Pipes() as pipes:
+            try:
+                proc = await _start(
+                    gated(argv), cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE,
+                    stdout=pipes.writing[0], stderr=pipes.writing[1], start_new_session=True)
+            except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+                raise StepFailed(f"cannot start {argv[0]!r}: {exc.strerror}",
+                                 retryable=False) from None
+            except ValueError as exc:  # e.g. an embedded NUL in argv
+                raise StepFailed(f"cannot start {argv[0]!r}: {exc}", retryable=False) from None
+            finally:
+                pipes.started()
+            limit = spec.max_output_bytes
+            stdout = _Collector(pipes.reading[0], limit=limit + 1, log=ctx.log, stream="stdout")
+            stderr = _Collector(pipes.reading[1], keep_tail=8192 + tail_margin(), log=ctx.log,
+                                stream="stderr")
+            return await self._watch(proc, prepared, stdin_data, ctx, stdout, stderr, limit)
+
+    async def _watch(self, proc: asyncio.subprocess.Process, prepared: PreparedStep,
+                     stdin_data: str | None, ctx: StepContext, stdout: _Collector,
+                     stderr: _Collector, limit: int) -> StepOutput:
+        """From the start to the end: let it through the gate, read it, end its group."""
         readers = [asyncio.ensure_future(stdout.run()), asyncio.ensure_future(stderr.run())]
         try:
             try:
@@ -157,6 +168,47 @@ def _text(stdout: _Collector, limit: int) -> str:
     return bytes(stdout.data[:limit]).decode("utf-8", errors="replace").rstrip("\n")
 
 
+#: ``fcntl``'s F_SETPIPE_SZ (Linux): how much a pipe holds.
+_SET_PIPE_SIZE = 1031
+_PIPE_BYTES = 1 << 20
+
+
+class _Pipes:
+    """The step's stdout and stderr pipes, read here without asyncio's transports: a step
+    printing fast is read in big gulps (see :class:`_Collector`), not a turn of the loop
+    per write. Each holds up to 1 MiB (Linux's usual most), not 64 KiB."""
+
+    def __init__(self) -> None:
+        import fcntl
+
+        self.reading: list[int] = []
+        self.writing: list[int] = []
+        for _ in range(2):
+            r, w = os.pipe()
+            self.reading.append(r)
+            self.writing.append(w)
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(w, _SET_PIPE_SIZE, _PIPE_BYTES)
+            os.set_blocking(r, False)
+
+    def started(self) -> None:
+        """The child has its copies of the write ends (or never started): close ours, so
+        that the reads end when the child's group is gone."""
+        for fd in self.writing:
+            os.close(fd)
+        self.writing = []
+
+    def __enter__(self) -> _Pipes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.started()
+        loop = asyncio.get_running_loop()
+        for fd in self.reading:
+            loop.remove_reader(fd)  # a reader cut off mid-wait (a second cancel) lets go
+            os.close(fd)
+
+
 def _close_stdin(proc: asyncio.subprocess.Process) -> None:
     if proc.stdin is not None:
         with contextlib.suppress(Exception):
@@ -182,10 +234,10 @@ class _Collector:
     """Reads a pipe to its end, keeping all (up to ``limit``) or only the last bytes, and
     feeding each chunk to the step's log (as ``stream``)."""
 
-    def __init__(self, pipe: asyncio.StreamReader, *, limit: int | None = None,
+    def __init__(self, fd: int, *, limit: int | None = None,
                  keep_tail: int | None = None, log: StepLog | None = None,
                  stream: str = "stdout") -> None:
-        self.pipe = pipe
+        self.fd = fd
         self.log = log
         self.stream = stream
         self.limit = limit
@@ -195,10 +247,19 @@ class _Collector:
         self.overflow: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            chunk = await self.pipe.read(_READ_BYTES)
+            try:
+                chunk = os.read(self.fd, _READ_BYTES)
+            except BlockingIOError:
+                await _readable(loop, self.fd)
+                continue
             if not chunk:
                 return
+            if len(chunk) < _GULP_BYTES:
+                # Little came: let more gather before the next read (a program writing
+                # 4 KiB at a time is read in gulps, not a turn of the loop per write).
+                await asyncio.sleep(_GATHER_SECONDS)
             if self.log is not None:
                 self.log.feed(self.stream, chunk)
             self.size += len(chunk)
@@ -211,6 +272,21 @@ class _Collector:
             self.data += chunk
             if self.keep_tail is not None and len(self.data) > 2 * self.keep_tail:
                 del self.data[: -self.keep_tail]
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Wait until ``fd`` can be read (data, or its end)."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
 
 
 async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
@@ -247,8 +323,7 @@ async def _end_group(pgid: int, readers: Sequence[asyncio.Future[None]]) -> None
     await kill_group(pgid)
     # Anything still holding the pipes escaped the group (setsid): stop waiting soon.
     _, pending = await asyncio.wait(readers, timeout=KILL_GRACE_SECONDS)
-    for task in pending:
-        task.cancel()
+    await _stop(pending)
 
 
 def _close_pipes(proc: asyncio.subprocess.Process) -> None:
@@ -298,5 +373,13 @@ async def _reap(proc: asyncio.subprocess.Process, readers: Sequence[asyncio.Futu
     signal_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(_exited(proc), KILL_GRACE_SECONDS)
-    for task in readers:
+    await _stop(readers)
+
+
+async def _stop(readers: Iterable[asyncio.Future[None]]) -> None:
+    """Cancel the readers still reading, and wait until they have let go of their pipes."""
+    pending = [task for task in readers if not task.done()]
+    for task in pending:
         task.cancel()
+    if pending:
+        await asyncio.wait(pending)

@@ -37,7 +37,7 @@ def _size(text: str) -> int:
 
 
 def _amount(size: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale:
             return f"{size / scale:.1f} {unit}"
     return f"{size} bytes"
@@ -145,9 +145,12 @@ class StepLog:
         if decoder is None:
             decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
         text = decoder.decode(data)
-        if stream in self._cut:
+        if not head and stream in self._cut:
             # It begins mid-line: up to the line's end it is a fragment, maybe the end of a
-            # secret no scrub can recognise. Dropped.
+            # secret no scrub can recognise. Dropped, with the line's start held (if any).
+            held = self._carry.pop(stream, None)
+            if held is not None:
+                self._count_dropped(0, len(held[1]))
             end = text.find("\n")
             if end < 0:
                 self._count_dropped(0, len(data))
@@ -162,11 +165,16 @@ class StepLog:
         if newline:
             for line in (scrub(ended, self.secrets) or "").split("\n"):
                 self._add_line(stream, t, line, head=head)
-        if len(rest) > LINE_CHARS:
-            whole = len(rest) - len(rest) % LINE_CHARS
+        margin = longest()
+        if len(rest) > LINE_CHARS + margin:
+            # A line too long to wait for its end goes out in pieces: scrubbed whole first,
+            # and its last characters held back, where a secret still being written may
+            # begin (a secret begun before them has arrived whole, and is scrubbed).
+            rest = scrub(rest, self.secrets) or ""
+            ready = len(rest) - margin
+            whole = ready - ready % LINE_CHARS
             for start in range(0, whole, LINE_CHARS):
-                self._add_line(stream, t, scrub(rest[start:start + LINE_CHARS], self.secrets)
-                               or "", head=head)
+                self._add_line(stream, t, rest[start:start + LINE_CHARS], head=head)
             rest = rest[whole:]
         if rest:
             self._carry[stream] = (t, rest)

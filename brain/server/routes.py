@@ -211,8 +211,10 @@ async def step_log(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
         raise HTTPException(status_code=400, detail="after must be 0 or more")
     run, status, lines = await brain.step_log(run_id, step, after=after)  # 404 if unknown
     if follow:
+        # (the type is said again: the handler's union answer would label it JSON)
         return ServerSentEvent(follow_log(brain, run.run_id, step, after),
-                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no",
+                                        "Content-Type": "text/event-stream"})
     return step_log_body(run.run_id, step, status, lines, after)
 
 

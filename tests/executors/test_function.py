@@ -403,7 +403,7 @@ def test_sync_function_timeout_fails_the_step_promptly_while_the_thread_runs_on(
         r = fn_sync_timeout()
         still_running = not finished.is_set()
         assert r.steps["stuck"].status == "failed"
-        assert r.steps["stuck"].error == "timed out after 0.5s"
+        assert r.steps["stuck"].error == "timed out after 0.5 s"
         assert r.steps["after"].status == "skipped"
         assert r.status == "failed"
         assert still_running, "the run waited for the timed-out function to return"
@@ -455,7 +455,7 @@ def test_async_function_timeout_cancels_it():
 
     r = fn_async_timeout()
     assert r.steps["sleeper"].status == "failed"
-    assert r.steps["sleeper"].error == "timed out after 0.5s"
+    assert r.steps["sleeper"].error == "timed out after 0.5 s"
     assert cancelled.is_set()
 
 
@@ -470,5 +470,5 @@ def test_function_raising_timeout_error_is_not_mistaken_for_the_step_timeout():
 
     r = fn_own_timeout()
     assert r.steps["raises_timeout"].status == "failed"
-    assert "timed out after 30s" not in (r.steps["raises_timeout"].error or "")
+    assert "timed out after 30 s" not in (r.steps["raises_timeout"].error or "")
     assert "TimeoutError" in (r.steps["raises_timeout"].error or "")

@@ -746,10 +746,10 @@ def test_hanging_servers_time_out_and_leave_no_process(tmp_path: Path):
     for run, name in ((plain, "hang"), (stubborn, "stubborn")):
         step = run.steps[name]
         assert step.status == "failed", name
-        assert step.error == "timed out after 5s", name
+        assert step.error == "timed out after 5 s", name
         assert step.tries == 1
         assert step.output is None
-        assert run.error == f"step '{name}' failed: timed out after 5s"
+        assert run.error == f"step '{name}' failed: timed out after 5 s"
     assert len(recorded_pids(pids)) == 2
     assert wait_until(lambda: all(_gone(p) for p in recorded_pids(pids)))
     assert wait_until(lambda: not tagged_processes(tag)), tagged_processes(tag)
@@ -782,9 +782,9 @@ def test_slow_start_succeeds_within_its_timeout_and_times_out_below_it():
 
     step = late.steps["slow"]
     assert step.status == "failed"
-    assert step.error == "timed out after 1s"
+    assert step.error == "timed out after 1 s"
     assert step.output is None
-    assert late.error == "step 'slow' failed: timed out after 1s"
+    assert late.error == "step 'slow' failed: timed out after 1 s"
     # Its stderr tail is stored too (SPEC §2 "MCP"): the line it wrote before sleeping.
     assert step.stderr is not None and "slow_server: sleeping" in step.stderr, step.stderr
 
@@ -819,7 +819,7 @@ def test_sibling_failure_while_a_timed_out_server_shuts_down_leaves_nothing(tmp_
     assert {stuck.status, crash.status} <= {"failed", "cancelled"}
     assert "failed" in {stuck.status, crash.status}
     if stuck.status == "failed":
-        assert stuck.error == "timed out after 1s"
+        assert stuck.error == "timed out after 1 s"
     if crash.status == "failed":
         assert "exit code 9" in (crash.error or "") and "crash-now" in (crash.error or "")
         assert crash.stderr is not None and "crash-now" in crash.stderr
@@ -922,5 +922,5 @@ def test_no_process_left_after_fifty_steps_with_timeouts_crashes_and_cancels(tmp
         run = runs[key]
         assert run.status == "failed", key
         assert {s.status for s in run.steps.values()} <= {"failed", "cancelled"}, key
-    assert "timed out after 2s" in (runs["timeouts"].error or "")
+    assert "timed out after 2 s" in (runs["timeouts"].error or "")
     assert "exit code 7" in (runs["crash_at_start"].error or "")

@@ -26,7 +26,6 @@ from brain.server.webhooks import sign
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # The log panel's browser test waits for the step log endpoint (docs/logs.md).
-LOG_API = "steps/{step" in (Path(__file__).parents[2] / "brain/server/routes.py").read_text()
 # Where shot() saves each page: only when the screenshots command asks (tests.server.screenshots).
 SHOTS = Path(os.environ["CONSOLE_SCREENSHOTS"]) if os.environ.get("CONSOLE_SCREENSHOTS") else None
 TOKEN = "console-e2e-token-9876"
@@ -206,7 +205,7 @@ def test_run_now_with_a_body_then_watch_it_finish_without_reloading(
     page.locator('svg .node.st-succeeded[data-step="hello"]').wait_for()
     expect(page.locator("#run-ended")).to_be_visible()
     expect(page.locator("#timeline .lane[data-lane] rect")).to_have_count(3)
-    assert page.locator("#timeline .lane-name").all_inner_texts() == ["who", "wait", "hello"]
+    assert page.locator("#timeline .lane[data-lane] .lane-name").all_inner_texts() == ["who", "wait", "hello"]
     assert page.locator("#timeline .axis text").count() >= 2
     assert "No step has started" not in page.locator("main").inner_text()
     assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
@@ -233,8 +232,8 @@ def test_a_failed_step_shows_its_error_and_stderr_then_retry_runs_only_it(
     assert check.get_attribute("open") is not None, "a failed step opens by itself"
     assert "exit" in check.locator('[data-field="error"] pre').inner_text()
     assert "checking the marker" in check.locator('[data-field="stderr"] pre').inner_text()
-    if LOG_API:  # its log, fetched once: the stderr line marked as such
-        expect(check.locator(".lines .ln.stderr")).to_contain_text("checking the marker")
+    # its log, fetched once: the stderr line marked as such
+    expect(check.locator(".lines .ln.stderr")).to_contain_text("checking the marker")
     # The failure queued the handler's run; each page links to the other.
     handler = page.locator("#handlers a")
     expect(handler).to_contain_text("tell")
@@ -283,7 +282,6 @@ def test_a_for_each_block_grows_its_instances_on_the_open_page(
     shot(page, "run-fan")
 
 
-@pytest.mark.skipif(not LOG_API, reason="GET /api/runs/{id}/steps/{step}/log is not there yet")
 def test_a_running_steps_log_fills_its_panel_as_it_writes(page: Any, server: BrainServer) -> None:
     log_in(page, server)
     page.locator("#wf-chatty button[type=submit]").click()
@@ -295,10 +293,18 @@ def test_a_running_steps_log_fills_its_panel_as_it_writes(page: Any, server: Bra
       const step = document.getElementById("step-talk");
       return step.dataset.status === "running" && step.querySelectorAll(".ln.stdout").length >= 2;
     }""", timeout=20_000)
+    state = talk.locator(".log-state").inner_text()
     expect(talk.locator(".lines .ln.stderr").first).to_have_text("oops1")
     shot(page, "run-log")
     page.locator("#run-status.st-succeeded").wait_for(timeout=30_000)
     expect(talk.locator(".lines .ln.stdout")).to_have_text([f"line{i}" for i in range(1, 6)])
+    # The panel followed the step's stream (?follow=true), unless the browser refused it and
+    # the panel fell back to asking every 2 s.
+    url = f"{server.url}/api/runs/{page.url.rsplit('/', 1)[1]}/steps/talk/log?follow=true"
+    with httpx.stream("GET", url, headers=AUTH, timeout=30) as answer:
+        streamed = answer.headers["content-type"].startswith("text/event-stream")
+    assert streamed
+    assert state == "live", state
 
 
 def test_a_webhook_run_shows_its_event_and_delivery(page: Any, server: BrainServer) -> None:
@@ -369,7 +375,7 @@ def test_nothing_overflows_a_phone_screen(page: Any, server: BrainServer) -> Non
     r = httpx.post(f"{server.url}/api/workflows/greet/runs", timeout=60, headers=AUTH,
                    json={"wait": True, "body": "a-long-name-without-spaces-" * 6})
     assert r.status_code == 200, r.text
-    runs = httpx.get(f"{server.url}/api/runs?limit=20", headers=AUTH).json()
+    runs = httpx.get(f"{server.url}/api/runs?limit=8", headers=AUTH).json()
     log_in(page, server)
     page.set_viewport_size({"width": 390, "height": 844})
     for path in ["/", "/runs", *(f"/runs/{run['run_id']}" for run in runs)]:

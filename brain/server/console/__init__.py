@@ -1,7 +1,10 @@
 """The console (SPEC §13): workflows, runs and one run, server-rendered from templates.
 
-Readable without JavaScript; ``static/console.js`` adds live updates (from
-``GET /api/events``), "Run now", "Cancel", "Retry" and copy buttons. Every
+Readable without JavaScript; ``static/console.js`` adds live updates, "Run now",
+"Cancel", "Retry", copy buttons and step logs. Live pages are drawn here only: on each
+change ``GET /api/events`` announces, the script fetches the page again and swaps in
+its parts. ``timeline.py`` lays out a run's timeline, ``labels.py`` words triggers,
+webhook headers and failure links, ``graph.py`` draws the graph. Every
 asset ships in this package: nothing is fetched from elsewhere. With
 ``BRAIN_API_TOKEN`` set, ``/login`` takes the token once and keeps it in a
 ``SameSite=Strict``, ``HttpOnly`` cookie.
@@ -51,6 +54,7 @@ def _templates() -> Any:
     env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
     env.filters["short"] = lambda run_id: (run_id or "")[:12]
     env.filters["trigger"] = labels.trigger_label
+    env.filters["failure_of"] = labels.failure_of
     env.filters["took"] = lambda run: took(_run_seconds(run))
     return env
 

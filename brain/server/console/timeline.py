@@ -2,7 +2,9 @@
 
 Every step has a lane, started or not, so a step that has not started yet (``pending``),
 one that waits (``waiting``) and one that runs (``running``, its bar reaching *now*)
-read differently at a glance. Positions are percentages of the run's span, drawn by the
+read differently at a glance. The axis runs from the run's start to a round time at or
+after its end (or now), in at most five equal intervals, so the stylesheet can draw
+the grid (``ticks-N``) with no markup per lane. Positions are percentages, drawn by the
 template as SVG attributes (the page's CSP forbids inline styles).
 """
 
@@ -15,8 +17,8 @@ from datetime import datetime
 from brain.results import RunResult, base_name
 
 #: Tick spacings to choose from, in seconds (the smallest giving at most MAX_TICKS ticks).
-_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
-          10800, 21600, 43200, 86400, 172800, 604800)
+_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120,
+          300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
 MAX_TICKS = 5
 
 
@@ -42,14 +44,19 @@ class Tick:
 
 @dataclass(frozen=True)
 class Timeline:
+    """The lanes, and the axis's marks: ``len(ticks) - 1`` equal intervals."""
+
     lanes: list[Lane]
     ticks: list[Tick]
 
 
 def took(seconds: float | None) -> str:
-    """A duration as people say it: ``0.02 s``, ``1.5 s``, ``12 s``, ``2 min 5 s``, ``1 h 4 min``."""
+    """A duration as people say it: ``4 ms``, ``0.02 s``, ``1.5 s``, ``12 s``, ``2 min 5 s``,
+    ``1 h 4 min``."""
     if seconds is None:
         return ""
+    if seconds < 0.01:
+        return f"{max(seconds, 0) * 1000:.0f} ms"
     if seconds < 1:
         return f"{seconds:.2f} s"
     if seconds < 10:
@@ -65,20 +72,26 @@ def took(seconds: float | None) -> str:
 
 
 def _tick_label(seconds: float) -> str:
+    if 0 < seconds < 0.1:
+        return f"{round(seconds * 1000):g} ms"
     if seconds < 60:
-        return f"{round(seconds, 1):g} s"
+        return f"{round(seconds, 3):g} s"
     return took(seconds)
 
 
-def ticks(span: float) -> list[Tick]:
-    """Marks at round times (0, 1 s, 2 s, ... or 0, 5 min, ...) across ``span`` seconds."""
-    step = next((s for s in _STEPS if span / s <= MAX_TICKS), None) \
+def _axis(span: float) -> tuple[float, int]:
+    """The axis for ``span`` seconds: a round interval and how many of them cover it."""
+    step = next((s for s in _STEPS if math.ceil(span / s - 1e-9) <= MAX_TICKS), None) \
         or math.ceil(span / MAX_TICKS / 86400) * 86400
-    marks, at = [], 0.0
-    while at <= span + 1e-9:
-        marks.append(Tick(at=at / span * 100, label=_tick_label(at)))
-        at += step
-    return marks
+    return step, max(math.ceil(span / step - 1e-9), 1)
+
+
+def ticks(span: float) -> list[Tick]:
+    """Marks at round times (0, 1 s, 2 s, ... or 0, 5 min, ...), the last at or after ``span``
+    seconds; at most MAX_TICKS intervals."""
+    step, intervals = _axis(span)
+    return [Tick(at=round(k / intervals * 100, 2), label=_tick_label(k * step))
+            for k in range(intervals + 1)]
 
 
 def timeline(run: RunResult, now: datetime) -> Timeline:
@@ -87,7 +100,9 @@ def timeline(run: RunResult, now: datetime) -> Timeline:
     end = run.ended_at or now
     starts = [s.started_at for s in run.steps.values() if s.started_at]
     start = min([start, *starts])
-    span = max((end - start).total_seconds(), 0.001)
+    elapsed = max((end - start).total_seconds(), 0.001)
+    interval, count = _axis(elapsed)
+    span = interval * count  # the axis's full length: the last mark's time
     lanes = []
     for name, step in run.steps.items():
         status = str(step.status)
@@ -101,4 +116,4 @@ def timeline(run: RunResult, now: datetime) -> Timeline:
         seconds = (stop - step.started_at).total_seconds()
         note = took(seconds) if step.ended_at else f"{status} {took(seconds)}"
         lanes.append(Lane(name, status, instance, round(left, 2), round(width, 2), note))
-    return Timeline(lanes=lanes, ticks=ticks(span))
+    return Timeline(lanes=lanes, ticks=ticks(elapsed))

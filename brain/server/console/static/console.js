@@ -10,7 +10,8 @@
 const ENDED = ["succeeded", "failed", "cancelled", "skipped"];
 // A browser opens at most 6 connections to one server: the page's event stream and at
 // most this many followed logs leave room for the page's own fetches. Further open
-// panels of running steps ask for new lines every few seconds instead.
+// panels of running steps (and any whose stream is refused, by a proxy say) ask for
+// new lines every few seconds instead.
 const MAX_FOLLOWING = 3;
 const POLL_MS = 2000;
 const MAX_LINES = 5000;
@@ -77,7 +78,9 @@ function swapInner(mine, theirs) {
 
 function swapLive(fresh) {
   for (const mine of document.querySelectorAll(".live[id]")) {
-    swapInner(mine, fresh.getElementById(mine.id));
+    const theirs = fresh.getElementById(mine.id);
+    if (theirs && mine.className !== theirs.className) mine.className = theirs.className;
+    swapInner(mine, theirs);
   }
 }
 
@@ -158,131 +161,148 @@ function livePage() {
   source.addEventListener("run", soon);
   // Once listening (and after every reconnect), catch up on what happened before.
   source.addEventListener("open", soon);
-  // Running bars grow with time even when no step changes.
-  clock = setInterval(soon, 10000);
+  // Running bars grow with time even when no step changes: redraw every few seconds
+  // while a step runs, now and then otherwise (a run that waits for hours).
+  let ticks = 0;
+  clock = setInterval(() => {
+    ticks += 1;
+    if (root.querySelector('details.step[data-status="running"]') || ticks % 5 === 0) soon();
+  }, 3000);
 }
 
 // --- step logs -----------------------------------------------------------------------------
 
-function newPanel(details, runId) {
-  const section = details.querySelector("section.log");
-  const panel = {
-    url: "/api/runs/" + runId + "/steps/" + encodeURIComponent(details.dataset.step) + "/log",
-    pre: section.querySelector("pre.lines"), state: section.querySelector(".log-state"),
-    next: 0, source: null, timer: null, busy: false, complete: false, broken: false,
-    stick: true, note: "",
-  };
-  // Follow the end while the reader is at it; scrolling up stops following, back down resumes.
-  panel.pre.addEventListener("scroll", () => {
-    const pre = panel.pre;
-    panel.stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
-    setState(panel, panel.note);
-  });
-  return panel;
-}
-
-function setState(panel, note) {
-  panel.note = note;
-  const live = panel.source || panel.timer;
-  panel.state.textContent = live && !panel.stick ? note + " · scroll to the end to follow" : note;
-}
-
-function appendLines(panel, lines) {
-  const chunk = document.createDocumentFragment();
-  for (const line of lines) {
-    if (line.seq <= panel.next) continue;  // already shown (a reconnect sends them again)
-    panel.next = line.seq;
-    const span = document.createElement("span");
-    span.className = "ln " + line.stream;
-    span.title = line.stream + ", +" + Number(line.t || 0).toFixed(2) + " s";
-    span.textContent = line.text + "\n";
-    chunk.appendChild(span);
+// The log panel of one step (docs/logs.md): the stored lines of an ended step, fetched
+// once; the lines of a running step as they come, from its ?follow=true stream.
+class LogPanel {
+  constructor(details, runId, following) {
+    const section = details.querySelector("section.log");
+    this.url = "/api/runs/" + runId + "/steps/" + encodeURIComponent(details.dataset.step) + "/log";
+    this.pre = section.querySelector("pre.lines");
+    this.stateEl = section.querySelector(".log-state");
+    this.following = following;  // the panels of the page that hold a stream open
+    this.next = 0;               // the seq of the last line shown
+    this.source = null;
+    this.timer = null;
+    this.busy = false;
+    this.done = false;           // every line is shown (the step has ended)
+    this.broken = false;
+    this.stick = true;           // follow the end
+    this.note = "";
+    // Scrolling up stops following the end; back at the bottom, it follows again.
+    this.pre.addEventListener("scroll", () => {
+      this.stick = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 8;
+      this.say(this.note);
+    });
   }
-  const pre = panel.pre;
-  pre.appendChild(chunk);
-  while (pre.childElementCount > MAX_LINES) pre.firstElementChild.remove();
-  pre.hidden = pre.childElementCount === 0;
-  if (panel.stick) pre.scrollTop = pre.scrollHeight;
+
+  say(note) {
+    this.note = note;
+    const live = this.source || this.timer;
+    this.stateEl.textContent = live && !this.stick ? note + " · scroll to the end to follow" : note;
+  }
+
+  // Called when the panel is opened or its step changed status.
+  update(status) {
+    if (this.source || this.timer || this.busy || this.done || this.broken) return;
+    if (status === "pending" || status === "queued") this.say("not started yet");
+    else if (ENDED.includes(status)) this.loadOnce();
+    else if (this.following.size < MAX_FOLLOWING) this.follow();
+    else this.poll();
+  }
+
+  append(lines) {
+    const chunk = document.createDocumentFragment();
+    for (const line of lines) {
+      if (line.seq <= this.next) continue;  // already shown (a reconnect sends them again)
+      this.next = line.seq;
+      const span = document.createElement("span");
+      span.className = "ln " + line.stream;
+      span.title = line.stream + ", +" + Number(line.t || 0).toFixed(2) + " s";
+      span.textContent = line.text + "\n";
+      chunk.appendChild(span);
+    }
+    const pre = this.pre;
+    pre.appendChild(chunk);
+    while (pre.childElementCount > MAX_LINES) pre.firstElementChild.remove();
+    pre.hidden = pre.childElementCount === 0;
+    if (this.stick) pre.scrollTop = pre.scrollHeight;
+  }
+
+  load() {
+    return fetch(this.url + "?after=" + this.next, {credentials: "same-origin"})
+      .then((r) => {
+        if (!r.ok) throw new Error(r.status === 404 ? "no log here" : "log: HTTP " + r.status);
+        return r.json();
+      })
+      .then((data) => { this.append(data.lines || []); return data; });
+  }
+
+  loadOnce() {
+    this.busy = true;
+    this.say("loading…");
+    this.load().then((data) => this.ended(data.status))
+      .catch((err) => { this.broken = true; this.say(err.message); })
+      .finally(() => { this.busy = false; });
+  }
+
+  follow() {
+    const source = new EventSource(this.url + "?follow=true&after=" + this.next);
+    this.source = source;
+    this.following.add(this);
+    this.say("connecting…");
+    source.addEventListener("open", () => this.say("live"));
+    source.addEventListener("log", (event) => this.append(JSON.parse(event.data).lines || []));
+    source.addEventListener("end", (event) => this.ended(JSON.parse(event.data).status));
+    source.addEventListener("error", () => {
+      if (this.source !== source) return;
+      if (source.readyState !== EventSource.CLOSED) { this.say("reconnecting…"); return; }
+      this.stop();  // refused (by a proxy, say): ask every few seconds instead
+      this.poll();
+    });
+  }
+
+  poll() {
+    this.say("live (every " + POLL_MS / 1000 + " s)");
+    this.timer = setTimeout(() => {
+      this.load().then((data) => {
+        if (!this.timer) return;  // closed meanwhile
+        if (ENDED.includes(data.status)) this.ended(data.status); else this.poll();
+      }).catch((err) => { this.stop(); this.broken = true; this.say(err.message); });
+    }, POLL_MS);
+  }
+
+  ended(status) {
+    this.stop();
+    this.done = true;
+    this.say(this.pre.childElementCount ? "ended" + (status ? " (" + status + ")" : "") : "no lines");
+  }
+
+  stop() {
+    if (this.source) this.source.close();
+    this.following.delete(this);
+    clearTimeout(this.timer);
+    this.source = null;
+    this.timer = null;
+  }
 }
 
-function loadLines(panel) {
-  return fetch(panel.url + "?after=" + panel.next, {credentials: "same-origin"})
-    .then((r) => {
-      if (!r.ok) throw new Error(r.status === 404 ? "no log here" : "log: HTTP " + r.status);
-      return r.json();
-    })
-    .then((data) => { appendLines(panel, data.lines || []); return data; });
-}
-
+// The log panels of a run page: live while their step is open, closed with it.
 function stepLogs(root, runId) {
   const panels = new Map();
   const following = new Set();
-
-  const stop = (panel) => {
-    if (panel.source) panel.source.close();
-    following.delete(panel);
-    clearTimeout(panel.timer);
-    panel.source = null;
-    panel.timer = null;
-  };
-  const ended = (panel, status) => {
-    stop(panel);
-    panel.complete = true;
-    setState(panel, panel.pre.childElementCount ? "ended" + (status ? " (" + status + ")" : "") : "no lines");
-  };
-  const follow = (panel) => {
-    const source = new EventSource(panel.url + "?follow=true&after=" + panel.next);
-    panel.source = source;
-    following.add(panel);
-    setState(panel, "connecting…");
-    source.addEventListener("open", () => setState(panel, "live"));
-    source.addEventListener("log", (event) => appendLines(panel, JSON.parse(event.data).lines || []));
-    source.addEventListener("end", (event) => ended(panel, JSON.parse(event.data).status));
-    source.addEventListener("error", () => {
-      if (panel.source !== source) return;
-      if (source.readyState === EventSource.CLOSED) {  // refused (no such log): give up
-        stop(panel);
-        panel.broken = true;
-        setState(panel, "no log here");
-      } else {
-        setState(panel, "reconnecting…");
-      }
-    });
-  };
-  const poll = (panel) => {
-    setState(panel, "live (every " + POLL_MS / 1000 + " s)");
-    panel.timer = setTimeout(() => {
-      loadLines(panel).then((data) => {
-        if (!panel.timer) return;  // closed meanwhile
-        if (ENDED.includes(data.status)) ended(panel, data.status); else poll(panel);
-      }).catch((err) => { stop(panel); panel.broken = true; setState(panel, err.message); });
-    }, POLL_MS);
-  };
-  const loadOnce = (panel) => {
-    panel.busy = true;
-    setState(panel, "loading…");
-    loadLines(panel).then((data) => ended(panel, data.status))
-      .catch((err) => { panel.broken = true; setState(panel, err.message); })
-      .finally(() => { panel.busy = false; });
-  };
   const update = (details) => {
     const name = details.dataset.step;
     let panel = panels.get(name);
-    if (!details.open) { if (panel) stop(panel); return; }
-    if (!panel) { panel = newPanel(details, runId); panels.set(name, panel); }
-    if (panel.source || panel.timer || panel.busy || panel.complete || panel.broken) return;
-    const status = details.dataset.status;
-    if (status === "pending" || status === "queued") setState(panel, "not started yet");
-    else if (ENDED.includes(status)) loadOnce(panel);
-    else if (following.size < MAX_FOLLOWING) follow(panel);
-    else poll(panel);
+    if (!details.open) { if (panel) panel.stop(); return; }
+    if (!panel) { panel = new LogPanel(details, runId, following); panels.set(name, panel); }
+    panel.update(details.dataset.status);
   };
-  const sync = () => { for (const details of root.querySelectorAll("details.step")) update(details); };
   // "toggle" does not bubble: listen on the way down.
   root.addEventListener("toggle", (event) => {
     if (event.target.matches("details.step")) update(event.target);
   }, true);
-  return {sync};
+  return {sync: () => { for (const details of root.querySelectorAll("details.step")) update(details); }};
 }
 
 // --- the runs list -------------------------------------------------------------------------
