@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable
 
@@ -50,16 +51,45 @@ def remember(value: str | None) -> None:
              json.dumps(json.dumps(value))[3:-3], repr(repr(value))[2:-2],
              quote(value, safe=""), quote(value), quote_plus(value), quote_plus(value, safe="/"),
              value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")}
+    forms |= {_lower_escapes(f) for f in forms if "%" in f}  # %2f as well as %2F
+    forms |= {f.replace("/", "\\/") for f in forms if "/" in f}  # JSON as PHP writes it
+    forms |= {f.translate(_GO_JSON) for f in forms if any(c in f for c in "<>&")}
     forms |= {f.strip() for f in forms}  # as printed: a trailing newline is often dropped
     forms |= {line.strip() for line in value.splitlines()}
     for plain in {value, value.strip()}:
         forms |= encoded_forms(plain)
+        forms |= wrapped_forms(plain)
     with _lock:
         _given.add(value)
         _values.update(f for f in forms if len(f) >= MIN_SECRET_LENGTH)
 
 
 _URLSAFE = str.maketrans("+/", "-_")
+#: How Go's encoding/json writes the characters HTML gives meaning to.
+_GO_JSON = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+#: Where the usual tools break an encoding into lines: ``base64`` (and Python's
+#: ``encodebytes``) every 76 characters, PEM every 64, ``xxd -p`` every 60.
+_WRAP_WIDTHS = (76, 64, 60)
+
+
+def _lower_escapes(text: str) -> str:
+    """``text`` with its URL escapes in lower case (``%2f``)."""
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), text)
+
+
+def wrapped_forms(value: str) -> set[str]:
+    """The lines of ``value``'s hex and base64 encodings as the usual tools wrap them
+    (see :data:`_WRAP_WIDTHS`), where an encoding is longer than a line: each line of
+    it is printed, and scrubbed, alone. Lines shorter than :data:`MIN_SECRET_LENGTH`
+    are left out."""
+    data = value.encode("utf-8", "surrogateescape")
+    whole = (data.hex(), base64.b64encode(data).decode("ascii"))
+    lines: set[str] = set()
+    for encoded in whole:
+        for width in _WRAP_WIDTHS:
+            if len(encoded) > width:
+                lines |= {encoded[i:i + width] for i in range(0, len(encoded), width)}
+    return {line for line in lines if len(line) >= MIN_SECRET_LENGTH}
 
 
 def encoded_forms(value: str) -> set[str]:

@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -250,3 +251,54 @@ def test_a_fragment_is_skipped_and_file_parts_share_their_imports() -> None:
     assert results[2] is not None and "run_workflow" in results[2]
     [fragment, *_] = snippets(markdown, "doc.md")
     assert fragment.fragment
+
+
+# The start-up lines docs/server.md and docs/triggers.md quote, against a real `brain serve`.
+
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<rest>[A-Z]+ [\w.]+: .*)$")
+_START_LINE = re.compile(r"^The Brain: \d+ workflows? \(.+\) on http://127\.0\.0\.1:\d+  ·  page /  ·  "
+                         r"API /api  ·  OpenAPI /schema  ·  webhooks .+  ·  database \S+$")
+
+
+def _unsecured_webhook_line(rest: str) -> str | None:
+    """A "webhook accepts nothing" log line with its names taken out, or None for another."""
+    found = re.fullmatch(r"(WARNING [\w.]+): webhook /hooks/\S+ of \S+ accepts nothing: "
+                         r"[A-Z_]+ is not set", rest)
+    return found.group(1) if found else None
+
+
+def test_the_start_up_lines_the_docs_quote_are_what_brain_serve_prints(tmp_path: Path) -> None:
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    (flows / "deploy.py").write_text(
+        "from brain import shell, webhook, workflow\n\n\n"
+        "@workflow(triggers=[webhook(secret_env='DEPLOY_SECRET')])\n"
+        "def deploy():\n    shell('apply', argv=['true'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "DEPLOY_SECRET"}
+    env["BRAIN_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}"
+    proc = subprocess.Popen([sys.executable, "-m", "brain.cli", "serve", str(flows), "--port", "0"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    printed: list[str] = []
+    try:
+        assert proc.stderr is not None
+        while not (any(_START_LINE.match(line) for line in printed)
+                   and any("accepts nothing" in line for line in printed)):
+            line = proc.stderr.readline()
+            assert line, f"brain serve ended early: {printed}"
+            printed.append(line.rstrip("\n"))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    real = [m.group("rest") for line in printed if (m := _LOG_LINE.match(line))]
+    assert ("WARNING brain.service: webhook /hooks/deploy of deploy accepts nothing: "
+            "DEPLOY_SECRET is not set") in real
+    real_kinds = {_unsecured_webhook_line(rest) for rest in real} - {None}
+    quoted = [(doc, line) for doc in ("server.md", "triggers.md")
+              for line in (REPO / "docs" / doc).read_text(encoding="utf-8").splitlines()]
+    starts = [line for _, line in quoted if line.startswith("The Brain: ")]
+    assert starts and all(_START_LINE.match(line) for line in starts), starts
+    webhook_lines = [(doc, m.group("rest")) for doc, line in quoted
+                     if (m := _LOG_LINE.match(line)) and "accepts nothing" in line]
+    assert len(webhook_lines) >= 2
+    for doc, rest in webhook_lines:
+        assert _unsecured_webhook_line(rest) in real_kinds, (doc, rest, real)

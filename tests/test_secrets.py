@@ -509,3 +509,33 @@ def test_a_secret_in_a_basic_auth_header_and_a_hex_dump_is_scrubbed() -> None:
             assert "***" in shown
             assert not _decodes_to(shown, "base64", value.encode())
         assert scrub(f"dump {value.encode().hex()} end") == "dump *** end"
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",),
+                                            exclude_characters="\x00"),
+                     min_size=MIN_SECRET_LENGTH, max_size=120))
+def test_a_secret_wrapped_or_escaped_as_tools_print_it_is_scrubbed(value: str) -> None:
+    """The forms the attack round found unscrubbed: base64 and hex wrapped into lines as
+    ``base64``, PEM and ``xxd -p`` wrap them; URL escapes in lower case; JSON with ``\\/``
+    (PHP) and ``\\u003c`` (Go). Each wrapped line long enough to scrub is gone."""
+    import json
+    import re
+    from urllib.parse import quote
+
+    from brain._secrets import remember, scrub
+
+    remember(value)
+    data = value.encode("utf-8")
+    encoded = [base64.b64encode(data).decode(), data.hex()]
+    for text, width in [(e, w) for e in encoded for w in (76, 64, 60)]:
+        lines = [text[i:i + width] for i in range(0, len(text), width)]
+        scrubbed = scrub("\n".join(lines)) or ""
+        for line in lines:
+            if len(line) >= MIN_SECRET_LENGTH:
+                assert line not in scrubbed
+    quoted = re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), quote(value, safe=""))
+    php = json.dumps(value).replace("/", "\\/")
+    go = json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    for form in (quoted, php[1:-1], go[1:-1]):
+        assert form not in (scrub(f"[{form}]") or "")

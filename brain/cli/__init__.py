@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import IO, Any
 
 from brain._version import __version__
@@ -50,6 +51,35 @@ def header(text: str) -> tuple[str, str]:
     return name, value
 
 
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``15m``, ``45s`` or ``2w`` as a time span (``--older-than``)."""
+    m = _AGE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"bad age {text!r}: use a number and a unit, e.g. 30d, 12h, 15m, 45s, 2w")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _age_text(text: str) -> str:
+    """``--older-than``'s value, checked while parsing (a bad one is a usage error)."""
+    parse_age(text)
+    return text
+
+
+def run_trigger(args: argparse.Namespace) -> object:
+    """What ``brain run``'s options give a run as its trigger: the body alone for a plain
+    manual run, else every field (``--event``, ``--header``, ``--path``) as a webhook, a
+    schedule or a watcher would have given it."""
+    if args.event == "manual" and not args.header and args.path is None:
+        return args.body
+    return {"event": args.event, "body": args.body, "headers": dict(args.header),
+            "path": None if args.path is None else os.path.abspath(args.path)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = _Parser(prog="brain", description="The Brain: workflows as Python functions.")
@@ -76,6 +106,8 @@ def _workflow_commands(sub: Any) -> None:
     p.add_argument("--path", default=None, help="the trigger path ({trigger.path}), as a file "
                                                 "watcher gives it")
     p.add_argument("--json", action="store_true", help="print only the run as JSON on stdout")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="do not print the lines steps write (STEP | TEXT, on stderr)")
 
     p = sub.add_parser("check", help="trace and validate workflow files (or folders of them)")
     p.add_argument("paths", nargs="*", metavar="PATH",
@@ -115,6 +147,10 @@ def _run_commands(sub: Any) -> None:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true")
 
+    from brain.cli.follow import add_parser as add_logs_parser
+
+    add_logs_parser(sub)
+
     p = sub.add_parser("cancel", help="ask a run to stop")
     p.add_argument("run_id", metavar="RUN_ID")
 
@@ -126,7 +162,7 @@ def _run_commands(sub: Any) -> None:
     p.add_argument("run_id", metavar="RUN_ID")
 
     p = sub.add_parser("prune", help="delete finished runs older than AGE (e.g. 30d, 12h)")
-    p.add_argument("--older-than", required=True, metavar="AGE")
+    p.add_argument("--older-than", required=True, metavar="AGE", type=_age_text)
     p.add_argument("--dry-run", action="store_true",
                    help="only say how many runs would be deleted; delete nothing")
 

@@ -8,15 +8,15 @@ import asyncio
 import importlib
 import json
 import os
-import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from brain._errors import BrainError, RunNotFound, StoreError, WorkflowLoadError
-from brain.cli import render, settle
+from brain._errors import BrainError, WorkflowLoadError
+from brain.cli import parse_age, render, run_trigger, settle
+from brain.cli.follow import LinePrinter, cmd_logs
 
 if TYPE_CHECKING:
     from brain.results import RunResult
@@ -24,16 +24,6 @@ if TYPE_CHECKING:
     from brain.store import Store
 
 T = TypeVar("T")
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_age(text: str) -> timedelta:
-    """``30d``, ``12h``, ``15m``, ``45s`` or ``2w`` as a time span."""
-    m = _AGE.match(text)
-    if not m:
-        raise ValueError(f"bad age {text!r}: use a number and a unit, e.g. 30d, 12h, 15m, 45s, 2w")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -41,7 +31,7 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _in_store(fn: Callable[[Store], Awaitable[T]]) -> T:
+def in_store(fn: Callable[[Store], Awaitable[T]]) -> T:
     """Open the configured store, run ``fn`` with it, close it."""
     from brain.store import Store
 
@@ -66,9 +56,7 @@ def dispatch(args: argparse.Namespace) -> int:
             return code
     try:
         return handler(args)
-    except (WorkflowLoadError, StoreError, RunNotFound, ValueError) as exc:
-        return fail(str(exc))
-    except BrainError as exc:
+    except (BrainError, ValueError) as exc:  # a bad file, an unusable database, an unknown run
         return fail(str(exc))
     except Exception as exc:
         # A database that breaks mid-command (a corrupt page, a driver that cannot be
@@ -93,6 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     wf = load_target(args.target)
     trigger = run_trigger(args)
     progress = None if args.json else render.Progress(wf)
+    on_log = None if args.quiet or args.json else \
+        LinePrinter((s.name for s in wf.spec.steps), stream=sys.stderr)
     warning = root_warning()
     on_event = _warn_first(warning, progress) if warning else progress
     importlib.import_module("brain.runner")  # what the run needs, loaded as part of start-up
@@ -104,7 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert task is not None
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         try:
-            return await wf.arun(trigger, on_event=on_event)
+            return await wf.arun(trigger, on_event=on_event, on_log=on_log)
         except asyncio.CancelledError:
             raise KeyboardInterrupt from None
 
@@ -118,16 +108,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.succeeded else 1
 
 
-def run_trigger(args: argparse.Namespace) -> object:
-    """What ``brain run``'s options give a run as its trigger: the body alone for a plain
-    manual run, else every field (``--event``, ``--header``, ``--path``) as a webhook, a
-    schedule or a watcher would have given it."""
-    if args.event == "manual" and not args.header and args.path is None:
-        return args.body
-    return {"event": args.event, "body": args.body, "headers": dict(args.header),
-            "path": None if args.path is None else os.path.abspath(args.path)}
-
-
 def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
     """Tell whoever ran a failed run by hand that its ``on_failure`` handlers' runs were
     queued, and what executes them: they are not run here."""
@@ -138,7 +118,7 @@ def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
             found += [r for r in runs if _failed_run_of(r) == run_id]
         return found
 
-    queued = _in_store(find)
+    queued = in_store(find)
     if not queued:
         return
     listed = ", ".join(f"{r.workflow} ({r.run_id[:12]})" for r in queued)
@@ -237,6 +217,7 @@ class _Check:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
+    """``brain graph``: a workflow's steps and edges, as text or Mermaid."""
     from brain.loader import load_target
 
     wf = load_target(args.target)
@@ -249,9 +230,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    """``brain runs``: recent runs, as a table or JSON."""
     if args.limit < 1:
         raise ValueError("--limit must be at least 1")
-    results = _in_store(lambda store: store.list_runs(workflow=args.workflow, status=args.status,
+    results = in_store(lambda store: store.list_runs(workflow=args.workflow, status=args.status,
                                                       limit=args.limit))
     if args.json:
         render.write_stdout(json.dumps([r.to_json_dict() for r in results], ensure_ascii=False)
@@ -262,7 +244,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    result = _in_store(lambda store: store.get_run(args.run_id))
+    """``brain show``: one run and its steps, as text or JSON."""
+    result = in_store(lambda store: store.get_run(args.run_id))
     if args.json:
         render.write_stdout(json.dumps(result.to_json_dict(), ensure_ascii=False) + "\n")
     else:
@@ -271,9 +254,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    """``brain cancel``: ask a run to stop (exit 1 when it had already ended)."""
     from brain.runner import cancel_run
 
-    result, was_active = _in_store(lambda store: cancel_run(store, args.run_id))
+    result, was_active = in_store(lambda store: cancel_run(store, args.run_id))
     if not was_active:
         render.error(f"run {result.run_id} already ended ({result.status})")
         return 1
@@ -283,10 +267,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
+    """``brain workers``: the executor processes sharing the database."""
     from brain.runner import lease_seconds
     from brain.workers import describe_workers
 
-    rows = describe_workers(_in_store(lambda store: store.list_workers()), lease_seconds())
+    rows = describe_workers(in_store(lambda store: store.list_workers()), lease_seconds())
     if args.json:
         render.write_stdout(json.dumps(rows, indent=2) + "\n")
         return 0
@@ -306,16 +291,17 @@ def cmd_retry(args: argparse.Namespace) -> int:
         return await store.retry_run(original.run_id), []
 
     try:
-        new_id, earlier = _in_store(retry)
+        new_id, earlier = in_store(retry)
     except RunConflict as exc:
         render.error(str(exc))
         return 1
     if earlier:
-        latest = earlier[0]
+        latest = earlier[0].run_id[:12]
         listed = ", ".join(f"{r.run_id[:12]} ({r.status})" for r in earlier)
-        render.error(f"run {new_id[:12]} was already retried by run {listed}: retry that run "
-                     f"instead (brain retry {latest.run_id[:12]}), or see it with brain show "
-                     f"{latest.run_id[:12]}")
+        then = ("retry that one instead" if earlier[0].status in ("failed", "cancelled")
+                else "once it has ended, retry that one if need be")
+        render.error(f"run {new_id[:12]} was already retried by run {listed}: {then} "
+                     f"(brain retry {latest}); see it with brain show {latest}")
         return 1
     render.ok(f"queued run {new_id}, a retry of {args.run_id}: a running `brain serve` or "
               f"`brain worker` executes it (steps that succeeded keep their outputs)")
@@ -343,14 +329,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
     """Delete finished runs older than ``--older-than`` (or, ``--dry-run``, count them)."""
     from brain._clock import utcnow
 
-    age = parse_age(args.older_than)
-    before = utcnow() - age
+    before = utcnow() - parse_age(args.older_than)
     if args.dry_run:
-        count = _in_store(lambda store: prunable_runs(store, before))
+        count = in_store(lambda store: prunable_runs(store, before))
         render.ok(f"would delete {render.plural(count, 'finished run')} older than "
                   f"{args.older_than} (dry run: nothing was deleted)")
         return 0
-    count = _in_store(lambda store: store.prune(before))
+    count = in_store(lambda store: store.prune(before))
     render.ok(f"deleted {render.plural(count, 'finished run')} older than {args.older_than}")
     return 0
 
@@ -371,6 +356,7 @@ async def prunable_runs(store: Store, before: datetime, page: int = 500) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    """``brain db upgrade``: create or upgrade the database schema."""
     from brain.store import Store
 
     store = Store()
@@ -390,6 +376,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    """``brain mcp tools``: a server's tools and their input schemas."""
     from brain.mcp_discovery import list_tools
 
     tools = asyncio.run(list_tools(args.server))
@@ -400,21 +387,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from brain.cli.serve import cmd_serve as serve
+def cmd_serving(args: argparse.Namespace) -> int:
+    """``brain serve`` and ``brain worker`` (their module loads only for them)."""
+    from brain.cli import serve
 
-    return serve(args)
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from brain.cli.serve import cmd_worker as worker
-
-    return worker(args)
+    return serve.cmd_serve(args) if args.command == "serve" else serve.cmd_worker(args)
 
 
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
     "cancel": cmd_cancel, "retry": cmd_retry, "workers": cmd_workers, "prune": cmd_prune,
-    "db": cmd_db, "mcp": cmd_mcp,
-    "serve": cmd_serve, "worker": cmd_worker,
+    "db": cmd_db, "mcp": cmd_mcp, "logs": cmd_logs,
+    "serve": cmd_serving, "worker": cmd_serving,
 }

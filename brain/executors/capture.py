@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TextIO
 
+from brain._secrets import scrub
 from brain.executors.steplog import StepLog
 
 #: The log of the step whose code is running now (``None`` outside any step).
@@ -43,10 +44,13 @@ class StepAwareStream(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        """Write ``text`` to the current step's log, or to the stream wrapped."""
+        """Write ``text`` to the current step's log, or (secrets scrubbed) to the stream
+        wrapped."""
         log = current_log.get()
         if log is None:
-            return self.wrapped.write(text)
+            # Not a step's (a thread a step started itself, say): scrubbed all the same.
+            self.wrapped.write(scrub(text) or "")
+            return len(text)
         log.feed(self.stream, text.encode("utf-8", errors="replace"))
         return len(text)
 

@@ -264,8 +264,10 @@ class _Collector:
                 self.log.feed(self.stream, chunk)
             self.size += len(chunk)
             if self.limit is not None and self.size >= self.limit:
-                # Over the limit: say so, keep draining (and dropping) until EOF so the
-                # pipe closes once the process group is killed.
+                # Over the limit: keep what fits (shown with the failure), say so, and keep
+                # draining (and dropping) until EOF so the pipe closes once the process
+                # group is killed.
+                self.data += chunk[:max(self.limit - 1 - len(self.data), 0)]
                 if not self.overflow.done():
                     self.overflow.set_result(None)
                 continue

@@ -56,9 +56,12 @@ class StepLog:
         self._chunks: deque[_Chunk] = deque()  # later, not yet made lines
         self._chunk_bytes = 0
         self._decoders: dict[str, codecs.IncrementalDecoder] = {}
-        self._carry: dict[str, tuple[float, str]] = {}  # each stream's unfinished line
+        #: Each stream's unfinished line: when it began, its text, whether it began in the head.
+        self._carry: dict[str, tuple[float, str, bool]] = {}
         self._cut: set[str] = set()  # streams whose next bytes begin mid-line (dropped before)
+        self._skip: dict[str, int] = {}  # characters still to drop after such a gap
         self._note_seq: int | None = None
+        self._head_used = 0  # bytes in head lines made
         self._tail: deque[tuple[int, int]] = deque()  # (seq, size) of tail lines made
         self._tail_bytes = 0
         self._dropped = [0, 0]  # lines, bytes
@@ -129,12 +132,8 @@ class StepLog:
                 gone = data[:over]
             self._chunk_bytes -= len(gone)
             self._count_dropped(gone.count(b"\n"), len(gone))
-            # What was held of unfinished lines is gone with it; every stream now goes on
-            # mid-line (and a secret cut in two there would escape the scrub: see _make_lines).
-            for carried in self._carry.values():
-                self._count_dropped(0, len(carried[1]))
-            self._cut.update({stream, *self._carry})
-            self._carry.clear()
+            # The stream's next bytes in the tail go on mid-line (see _make_lines).
+            self._cut.add(stream)
 
     def _count_dropped(self, lines: int, size: int) -> None:
         self._dropped[0] += lines
@@ -146,21 +145,13 @@ class StepLog:
             decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
         text = decoder.decode(data)
         if not head and stream in self._cut:
-            # It begins mid-line: up to the line's end it is a fragment, maybe the end of a
-            # secret no scrub can recognise. Dropped, with the line's start held (if any).
-            held = self._carry.pop(stream, None)
-            if held is not None:
-                self._count_dropped(0, len(held[1]))
-            end = text.find("\n")
-            if end < 0:
-                self._count_dropped(0, len(data))
-                return
-            self._count_dropped(1, len(text[:end + 1].encode("utf-8", errors="replace")))
-            text = text[end + 1:]
             self._cut.discard(stream)
+            text = self._after_a_cut(stream, text)
+        if stream in self._skip:
+            text = self._skipped(stream, text)
         carried = self._carry.pop(stream, None)
         if carried is not None:
-            t, text = carried[0], carried[1] + text
+            t, text, head = carried[0], carried[1] + text, carried[2]
         ended, newline, rest = text.rpartition("\n")
         if newline:
             for line in (scrub(ended, self.secrets) or "").split("\n"):
@@ -177,28 +168,66 @@ class StepLog:
                 self._add_line(stream, t, rest[start:start + LINE_CHARS], head=head)
             rest = rest[whole:]
         if rest:
-            self._carry[stream] = (t, rest)
+            self._carry[stream] = (t, rest, head)
+
+    def _after_a_cut(self, stream: str, text: str) -> str:
+        """``text`` goes on where bytes before it were dropped. Around the gap, a secret
+        may have been cut in two, and no scrub recognises half a secret: the unfinished
+        line held from before the gap is kept but for its last characters (where such a
+        secret may begin), and the first characters after the gap (where it may end) are
+        dropped. Scrubbing only shortens, so each half lies within :func:`longest`
+        characters of the gap once the whole secrets are scrubbed."""
+        margin = longest()
+        held = self._carry.pop(stream, None)
+        if held is not None:
+            start = scrub(held[1], self.secrets) or ""
+            kept = start[:max(len(start) - margin, 0)]
+            self._count_dropped(0, len(start) - len(kept))
+            if kept:
+                self._add_line(stream, held[0], kept, head=held[2])
+        self._skip[stream] = margin
+        return text
+
+    def _skipped(self, stream: str, text: str) -> str:
+        """``text`` less what is still to be dropped after a gap (see :meth:`_after_a_cut`),
+        however few characters each write brings."""
+        skip = self._skip.pop(stream)
+        gone = min(skip, len(text))
+        self._count_dropped(0, gone)
+        if skip > gone:
+            self._skip[stream] = skip - gone
+        return text[gone:]
 
     def _end_lines(self) -> None:
+        for stream in sorted(self._cut):  # cut, and nothing came after: the gap is at the end
+            self._after_a_cut(stream, "")
+        self._cut.clear()
         for stream, decoder in self._decoders.items():
             rest = decoder.decode(b"", final=True)
             if rest:
                 carried = self._carry.get(stream)
                 self._carry[stream] = (carried[0] if carried else self.seconds(),
-                                       (carried[1] if carried else "") + rest)
-        for stream, (t, text) in sorted(self._carry.items()):
-            self._add_line(stream, t, scrub(text, self.secrets) or "", head=False)
+                                       (carried[1] if carried else "") + rest,
+                                       carried[2] if carried else False)
+        for stream, (t, text, head) in sorted(self._carry.items()):
+            self._add_line(stream, t, scrub(text, self.secrets) or "", head=head)
         self._carry.clear()
 
     def _add_line(self, stream: str, t: float, text: str, *, head: bool) -> None:
+        """Add a line (in pieces if long): to the head while it is ``head``'s and the head
+        has room (and no line of the tail came yet), else to the tail."""
         for start in range(0, max(len(text), 1), LINE_CHARS):
             piece = text[start:start + LINE_CHARS]
-            if not head and self._note_seq is None:
+            size = _size(piece)
+            in_head = head and self._note_seq is None and self._head_used + size <= HEAD_BYTES
+            if not in_head and self._note_seq is None:
                 self._note_seq = self._new_seq()  # where the note on dropped lines goes
             seq = self._new_seq()
             self._batch[seq] = LogLine(seq, stream, t, piece)
-            if not head:
-                self._keep_in_tail(seq, _size(piece))
+            if in_head:
+                self._head_used += size
+            else:
+                self._keep_in_tail(seq, size)
 
     def _new_seq(self) -> int:
         seq = self._next_seq

@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
+from brain._errors import RunNotFound
 from brain.results import FINISHED_RUN, StepStatus
 
 if TYPE_CHECKING:
@@ -198,7 +199,14 @@ async def follow_log(access: ServiceAccess, run_id: str, step: str,
     yield ServerSentEventMessage(comment="following", retry=2000)
     quiet = 0.0
     while True:
-        run, status, lines = await access.step_log(run_id, step, after=after)
+        try:
+            run, status, lines = await access.step_log(run_id, step, after=after)
+        except RunNotFound:  # pruned or deleted meanwhile: nothing more will come
+            return
+        except Exception as exc:  # a busy database: look again next time
+            log.debug("following %s/%s: %s", run_id, step, exc)
+            await asyncio.sleep(FOLLOW_SECONDS)
+            continue
         if lines:
             after = lines[-1].seq
             quiet = 0.0

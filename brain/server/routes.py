@@ -87,6 +87,8 @@ def _same_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
 # The query parameters of lists and streams, described for the OpenAPI document.
 OfWorkflow = Annotated[str | None, QueryParameter(description="only those of this workflow")]
 OfRun = Annotated[str | None, QueryParameter(description="only this run's (an id prefix will do)")]
+#: The largest ``seq`` a log line can have (both databases keep 64-bit integers).
+MAX_SEQ = 2**62
 LinesAfter = Annotated[int, QueryParameter(description="only the lines whose seq is greater")]
 FollowLog = Annotated[bool, QueryParameter(description="stream new lines until the step ends")]
 InStatus = Annotated[str | None, QueryParameter(description="only runs in this status")]
@@ -207,8 +209,8 @@ async def step_log(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
     server-sent events, a ``log`` event (``{"run_id", "step", "lines"}``) per batch of new
     lines as they are stored, then ``end`` (``{"run_id", "step", "status"}``) once the step
     has ended."""
-    if after < 0:
-        raise HTTPException(status_code=400, detail="after must be 0 or more")
+    if not 0 <= after <= MAX_SEQ:
+        raise HTTPException(status_code=400, detail=f"after must be from 0 to {MAX_SEQ}")
     run, status, lines = await brain.step_log(run_id, step, after=after)  # 404 if unknown
     if follow:
         # (the type is said again: the handler's union answer would label it JSON)

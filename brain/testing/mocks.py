@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from brain.workflow import Workflow
 
 KINDS = ("shell", "llm", "mcp_tool", "step")
-Mock = str | Callable[["MockCall"], Any] | Callable[["MockCall"], Awaitable[Any]]
+#: A mock: the step's output — text, or any JSON-serialisable value, stored as a ``@step``'s
+#: return value is (``None`` as ``""``, a list or dict as its JSON text) — or a callable
+#: that gets the :class:`MockCall` and returns such a value (or raises).
+Mock = Callable[["MockCall"], Any] | Callable[["MockCall"], Awaitable[Any]] | Any
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,8 @@ class _MockingExecutor:
             call = MockCall(base_name(spec.name), spec.kind, dict(prepared.inputs), tries + 1,
                             index)
             calls.append(call)
-        if isinstance(mock, str):
-            return StepOutput(output=mock)
+        if not callable(mock):
+            return StepOutput(output=output_text(mock))
         value = mock(call)
         if inspect.isawaitable(value):
             value = await value
@@ -121,9 +124,13 @@ def _check_mocks(wf: Workflow, mocks: Mapping[str, Mock]) -> frozenset[str]:
         if key not in names and key not in KINDS:
             raise ValueError(f"mock key {key!r} names no step of workflow {wf.name!r} and no step "
                              f"kind ({', '.join(KINDS)}); its steps are: {', '.join(sorted(names))}")
-        if not (isinstance(mock, str) or callable(mock)):
-            raise TypeError(f"mock {key!r} must be the output string or a callable, not "
-                            f"{type(mock).__name__}")
+        if not callable(mock):
+            try:
+                output_text(mock)
+            except StepFailed:
+                raise TypeError(f"mock {key!r} must be the output (a string or a "
+                                f"JSON-serialisable value) or a callable, not "
+                                f"{type(mock).__name__}") from None
     return names
 
 
@@ -170,10 +177,12 @@ def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mo
     """Run ``wf`` with the real runner on an in-memory store, with mocked steps.
 
     ``mocks`` maps a step name — or a kind, ``"shell"``, ``"llm"``,
-    ``"mcp_tool"``, ``"step"``, for every step of that kind — to the output
-    string or to a callable that gets a :class:`MockCall` and returns the
-    output (or raises to fail the step; retries and halting then behave as in
-    a real run). Unmocked steps run for real unless ``strict=True``.
+    ``"mcp_tool"``, ``"step"``, for every step of that kind — to the output,
+    or to a callable that gets a :class:`MockCall` and returns the output (or
+    raises to fail the step; retries and halting then behave as in a real
+    run). An output is stored as a ``@step``'s return value is: a string as
+    is, ``None`` as ``""``, anything else (a list, a dict, a number) as its
+    JSON text. Unmocked steps run for real unless ``strict=True``.
     ``previous`` seeds ``{previous.X}``.
 
     >>> r = run_workflow(daily_digest, trigger={"body": "db outage"},    # doctest: +SKIP

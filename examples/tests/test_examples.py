@@ -23,6 +23,7 @@ from fanout import SAMPLE as FANOUT_SAMPLE
 from fanout import text_stats
 from hello import hello
 from mcp_time import TIME_SERVER, TIMEZONE, mcp_time
+from notes_digest import notes_digest
 from steps import inventory
 from two_models import CAREFUL_MODEL, CAREFUL_URL, FAST_MODEL, two_models
 from two_models import SAMPLE as NOTES_SAMPLE
@@ -315,3 +316,19 @@ def test_mcp_time_asks_the_real_time_server() -> None:
         f"Say what time and day it is, from this JSON:\n\n{r.steps['now'].output}")
     assert r.steps["say"].output == f"It is {now['datetime']} in {TIMEZONE}."
     assert list(r.calls) == ["say"]
+
+
+# --- notes_digest.py (the README's first example): the shipped notes server, two LLMs ---------------
+
+def test_notes_digest_recalls_from_the_real_notes_server() -> None:
+    r = run_workflow(notes_digest, trigger={"body": "backup job"},
+                     mocks={"fast": "Backups moved.\nDetails follow.", "careful": "Long.",
+                            "save": ""})
+    assert r.succeeded, r.error
+    assert r.steps["recall"].output == (
+        "The nightly backup job moved from 02:00 to 03:30 UTC so it no longer overlaps the "
+        "batch import.")
+    assert r.steps["fast"].inputs["prompt"] == f"Two sentences: {r.steps['recall'].output}"
+    assert r.steps["headline"].output == "Backups moved."
+    assert r.steps["save"].inputs["stdin"] == "# Backups moved.\nBackups moved.\nDetails follow.\n\nLong.\n"
+    assert set(r.calls) == {"fast", "careful", "save"}

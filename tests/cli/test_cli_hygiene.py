@@ -238,12 +238,12 @@ def test_check_a_folder(tmp_path: Path, brain_cmd: list[str]) -> None:
     folder = _flows_folder(tmp_path, "alpha", "beta")
     proc = brain(brain_cmd, "check", folder)
     assert proc.returncode == 0, proc.stderr
-    assert "alpha (2 steps)" in proc.stderr and "beta (2 steps)" in proc.stderr
+    assert "alpha (2 steps)" in proc.stdout and "beta (2 steps)" in proc.stdout
     assert "no such file" not in proc.stderr
 
     here = brain(brain_cmd, "check", cwd=folder)  # the default is the current folder
     assert here.returncode == 0, here.stderr
-    assert "alpha" in here.stderr and "beta" in here.stderr
+    assert "alpha" in here.stdout and "beta" in here.stdout
 
 
 def test_check_the_shipped_examples_folder(brain_cmd: list[str]) -> None:
@@ -252,8 +252,8 @@ def test_check_the_shipped_examples_folder(brain_cmd: list[str]) -> None:
     assert "no such file" not in proc.stderr
     # Every workflow file of the folder is checked (whether each passes is tests/test_examples.py's).
     for file in examples.glob("*.py"):
-        assert f"{file.name}:" in proc.stderr, file
-    assert "hello (2 steps)" in proc.stderr
+        assert f"{file.name}:" in proc.stdout + proc.stderr, file
+    assert "hello (2 steps)" in proc.stdout
 
 
 def test_check_a_folder_with_a_broken_file_or_a_duplicate_name(tmp_path: Path,
@@ -263,7 +263,7 @@ def test_check_a_folder_with_a_broken_file_or_a_duplicate_name(tmp_path: Path,
     proc = brain(brain_cmd, "check", folder)
     assert proc.returncode == 2
     assert "broken.py" in proc.stderr and "NameError" in proc.stderr
-    assert "alpha (2 steps)" in proc.stderr  # the good file is still checked
+    assert "alpha (2 steps)" in proc.stdout  # the good file is still checked
     assert "Traceback" not in proc.stderr
 
     (folder / "broken.py").unlink()
@@ -343,7 +343,7 @@ def test_timed_out_sync_step_fails_and_the_process_does_not_wait(tmp_path: Path,
     run = json.loads(proc.stdout)
     assert run["status"] == "failed"
     assert run["steps"][0]["status"] == "failed"
-    assert run["steps"][0]["error"] == "timed out after 1s"
+    assert run["steps"][0]["error"] == "timed out after 1 s"
     (tmp_path / "release").touch()
     time.sleep(0.5)  # what the function would do once released, it would have done by now
     assert not (tmp_path / "side_effect.txt").exists()

@@ -168,9 +168,14 @@ def test_compose_upgrades_the_schema_then_serve_queues_and_the_worker_executes(
     (flows / "where.py").chmod(0o644)
     token = secrets.token_hex(16)
     port = free_port()
+    # compose.yaml's env_file (brain.env, required by docker-compose 1.x): here a file of
+    # the test's own, whose variable both serve and worker must get.
+    env_file = tmp_path / "brain.env"
+    env_file.write_text("FROM_ENV_FILE=both-containers\n")
     env = {**os.environ, "BRAIN_IMAGE": brain_image, "BRAIN_POSTGRES_IMAGE": stand_in,
            "BRAIN_API_TOKEN": token, "POSTGRES_PASSWORD": secrets.token_hex(8),
-           "BRAIN_FLOWS": str(flows), "BRAIN_PORT": str(port), "BRAIN_LOG_FORMAT": "json"}
+           "BRAIN_FLOWS": str(flows), "BRAIN_PORT": str(port), "BRAIN_LOG_FORMAT": "json",
+           "BRAIN_ENV_FILE": str(env_file)}
     compose = [*_compose(), "-p", f"braintest{os.getpid()}", "-f", str(ROOT / "compose.yaml")]
 
     def container(service: str) -> str:
@@ -191,6 +196,9 @@ def test_compose_upgrades_the_schema_then_serve_queues_and_the_worker_executes(
         assert (inspect("migrate", "{{.State.FinishedAt}}")
                 <= inspect("worker", "{{.State.StartedAt}}"))
         hosts = {inspect(s, "{{.Config.Hostname}}"): s for s in ("serve", "worker")}
+        for service in ("serve", "worker"):
+            assert _ok([DOCKER, "exec", container(service), "printenv", "FROM_ENV_FILE"],
+                       60).strip() == "both-containers", service
 
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=base, timeout=30,

@@ -819,3 +819,43 @@ def test_workflow_name_defaults_to_the_function_name() -> None:
 
     assert my_flow.name == "my_flow"
     assert my_flow.description == "Says hello."
+
+
+# --- where a definition error points -------------------------------------------------------
+
+
+def _line_of(marker: str) -> int:
+    """The line of this file that ends with the comment ``marker``."""
+    with open(__file__, encoding="utf-8") as f:
+        return next(i for i, line in enumerate(f, 1) if line.rstrip().endswith(f"# {marker}"))
+
+
+@pytest.mark.parametrize("case", ["helper", "misuse", "nested", "after_tracing"])
+def test_a_definition_error_keeps_the_users_offending_line(case: str) -> None:
+    """What ``brain check`` shows as FILE:LINE: the innermost frame of the user's code, even
+    for errors the tracer re-raises with the workflow's name added."""
+    from brain.loader import definition_site
+
+    with pytest.raises(WorkflowDefinitionError) as info:
+        if case == "helper":
+            @workflow(name="located")
+            def located():
+                ok("a")
+                shell("b", command="echo {nope}")  # helper
+        elif case == "misuse":
+            @workflow(name="located")
+            def located():
+                if ok("a"):  # misuse
+                    ok("b")
+        elif case == "nested":
+            @workflow(name="located")
+            def located():
+                with parallel():
+                    with parallel():  # nested
+                        ok("a")
+        else:
+            @workflow(name="located")  # after_tracing
+            def located():
+                pass
+    assert str(info.value).startswith("workflow 'located'")
+    assert definition_site(info.value) == (__file__, _line_of(case))

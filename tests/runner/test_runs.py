@@ -260,7 +260,7 @@ def test_stored_records_match_the_run_result(tmp_path: Path, db_url: str):
         assert row["stderr"] == result.stderr
         assert row["started_at"] is not None and row["ended_at"] is not None
     assert rows[0]["output"] == "hello world"
-    assert rows[2]["output"] is None
+    assert rows[2]["output"] == ""  # a failed step keeps its (empty) stdout too
     assert rows[2]["error"] == "command failed with exit code 5: oops"
 
 

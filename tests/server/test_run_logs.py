@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import re
+import sqlite3
 import sys
 import unicodedata
 from collections.abc import Iterator
@@ -111,6 +112,14 @@ def _serve_and_run(tmp_path: Path, log_format: str,
     return stderr, ok, bad
 
 
+def _step_log(tmp_path: Path, step: str) -> list[tuple[str, str]]:
+    """``(stream, text)`` of a step's stored log lines, read from the server's database."""
+    with contextlib.closing(sqlite3.connect(tmp_path / "brain.db")) as db:
+        rows = db.execute("SELECT stream, text FROM brain_step_logs WHERE step = ? "
+                          "ORDER BY seq", (step,)).fetchall()
+    return [(str(stream), str(text)) for stream, text in rows]
+
+
 def test_json_lines_carry_the_run_workflow_and_step(tmp_path: Path) -> None:
     stderr, ok, bad = _serve_and_run(tmp_path, "json", more=("everything",))
     stdout = (tmp_path / "serve.stdout").read_text()
@@ -122,8 +131,13 @@ def test_json_lines_carry_the_run_workflow_and_step(tmp_path: Path) -> None:
         by_logger.setdefault(line["logger"], []).append(line["message"])
     assert "some.library" in by_logger  # every logger, as JSON
     assert any("warned ***" in m for m in by_logger["py.warnings"])
-    assert by_logger["stdout"] == ["hello\nworld"]  # one print, one record
-    assert by_logger["stderr"] == ["printed ***"]
+    # A step's prints go to its own log (SPEC §20), not the server's
+    assert "stdout" not in by_logger and "stderr" not in by_logger
+    logged = _step_log(tmp_path, "noisy")
+    assert [line for line in logged if line[0] != "log"] == [
+        ("stdout", "hello"), ("stdout", "world"), ("stderr", "printed ***")]
+    assert ("log", "WARNING name-***") in [(s, t[:16]) for s, t in logged]  # its logging too
+    assert not any(TOKEN in text for _, text in logged)
     assert any(m.startswith("uncaught exception in thread") and m.endswith("(boom)")
                for m in by_logger["brain.server"])
     assert any(name.startswith("name-***") for name in by_logger)
@@ -148,7 +162,9 @@ def test_json_lines_carry_the_run_workflow_and_step(tmp_path: Path) -> None:
 def test_text_lines_name_the_run_and_are_one_per_event(tmp_path: Path) -> None:
     stderr, ok, bad = _serve_and_run(tmp_path, "text", more=("everything",))
     assert (tmp_path / "serve.stdout").read_text() == ""  # prints are records too
-    assert "INFO stdout: hello\\nworld" in stderr and "WARNING stderr: printed ***" in stderr
+    # A step's prints are in its own log (SPEC §20), not the server's
+    assert "hello" not in stderr and "printed ***" not in stderr
+    assert ("stdout", "hello") in _step_log(tmp_path, "noisy")
     stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
     for line in stderr.splitlines():  # a record's line, a traceback's, or the command's own
         assert stamp.match(line) or line.startswith("    ") or line.startswith(

@@ -509,8 +509,8 @@ def test_an_unknown_mock_key_is_a_clear_error_before_anything_runs(brain_db: Mem
         assert name in message
     assert stored_runs(brain_db) == []
 
-    with pytest.raises(TypeError, match="'s1'"):
-        run_workflow(kinds, mocks={"s1": 42}, store=brain_db)   # type: ignore[dict-item]
+    with pytest.raises(TypeError, match=r"'s1'.*JSON-serialisable.*not object"):
+        run_workflow(kinds, mocks={"s1": object()}, store=brain_db)
     assert stored_runs(brain_db) == []
 
 
@@ -539,6 +539,22 @@ def test_a_callable_returning_a_dict_stores_json_and_typed_steps_parse_it() -> N
     assert r.steps["count_items"].output == "3"
     assert r.steps["nothing"].output == ""
     assert r.steps["number"].output == "3"
+
+
+def test_a_mock_value_is_stored_as_a_step_return_value_is() -> None:
+    """Not only text: a list or dict becomes its JSON text, None "", a number its digits."""
+    r = run_workflow(json_outputs, mocks={"fetch": {"items": ["a", "b"], "name": "ü"},
+                                          "nothing": None, "number": 2.5})
+    assert r.succeeded, r.error
+    assert r.steps["fetch"].output == '{"items":["a","b"],"name":"ü"}'
+    assert r.steps["count_items"].output == "2"          # the typed @step parsed it
+    assert (r.steps["nothing"].output, r.steps["number"].output) == ("", "2.5")
+    assert [c.try_number for c in r.calls["fetch"]] == [1]
+    listed = run_workflow(json_outputs, mocks={"shell": ["x", 1, True, None],
+                                               "fetch": {"items": []}, "step": 0})
+    assert listed.succeeded, listed.error
+    assert {listed.steps[n].output for n in ("nothing", "number")} == {'["x",1,true,null]'}
+    assert listed.steps["count_items"].output == "0"
 
 
 def test_a_callable_returning_something_that_is_not_json_fails_the_step() -> None:
@@ -575,7 +591,7 @@ def test_an_async_mock_that_outlives_the_timeout_times_the_step_out() -> None:
 
     r = run_workflow(timing_out, mocks={"slow": sleepy})
     assert r.status == "failed"
-    assert r.steps["slow"].error == "timed out after 0.2s"
+    assert r.steps["slow"].error == "timed out after 0.2 s"
     assert r.steps["next"].status == "skipped"
 
 
@@ -783,6 +799,22 @@ def test_plain_pytest_in_an_empty_folder_finds_the_plugin(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"\b3 passed\b", proc.stdout), proc.stdout
     assert {p.name for p in tmp_path.iterdir()} - {"__pycache__"} == {"test_user_workflow.py"}
+
+
+def test_the_plugin_raises_no_deprecation_warning_in_a_users_run(tmp_path: Path) -> None:
+    """Warnings made errors: the plugin alone (pytest-asyncio off) passes, and so does a
+    project with pytest-asyncio that sets its loop scope, as docs/testing.md says to
+    (unset, pytest-asyncio warns by itself, with or without this plugin)."""
+    (tmp_path / "test_user_workflow.py").write_text(USER_TEST)
+    strict = ["-W", "error::pytest.PytestDeprecationWarning", "-q", "test_user_workflow.py"]
+    alone = plain_pytest(tmp_path, "-p", "no:asyncio", *strict)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert re.search(r"\b3 passed\b", alone.stdout), alone.stdout
+    assert "warning" not in alone.stdout.lower()
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    with_asyncio = plain_pytest(tmp_path, *strict)
+    assert with_asyncio.returncode == 0, with_asyncio.stdout + with_asyncio.stderr
+    assert "warning" not in with_asyncio.stdout.lower()
 
 
 def doc_files(markdown: str) -> dict[str, str]:
