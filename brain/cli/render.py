@@ -233,6 +233,28 @@ def run_detail(r: RunResult) -> None:
         table.add_row(escape(s.name), s.kind, f"[{_STYLE.get(str(s.status), '')}]{s.status}[/]",
                       str(s.tries), took, detail)
     print_table(table)
+    for s in r.steps.values():
+        if s.status in ("failed", "cancelled") and (s.output or s.stderr):
+            _what_it_printed(s.name, s.output, s.stderr)
+
+
+#: How many of the last lines of a failed step's output and stderr ``brain show`` prints.
+SHOWN_LINES = 20
+
+
+def _what_it_printed(name: str, output: str | None, stderr: str | None) -> None:
+    """A failed or cancelled step's output and stderr, beside its error (their last lines;
+    ``brain logs`` has the whole log)."""
+    for label, text in (("output", output), ("stderr", stderr)):
+        lines = (text or "").rstrip("\n").splitlines()
+        if not lines:
+            continue
+        more = len(lines) - SHOWN_LINES
+        out.print(f"[bold]{escape(name)}[/] {label}"
+                  + (f" [dim](last {SHOWN_LINES} of {len(lines)} lines)[/]" if more > 0 else "")
+                  + ":")
+        for line in lines[-SHOWN_LINES:]:
+            out.print(f"  {escape(line)}", highlight=False)
 
 
 def graph(wf: Workflow) -> None:
