@@ -250,7 +250,7 @@ def _what_it_printed(name: str, output: str | None, stderr: str | None) -> None:
         if not lines:
             continue
         more = len(lines) - SHOWN_LINES
-        out.print(f"[bold]{escape(name)}[/] {label}"
+        out.print(f"{label} of [bold]{escape(name)}[/]"
                   + (f" [dim](last {SHOWN_LINES} of {len(lines)} lines)[/]" if more > 0 else "")
                   + ":")
         for line in lines[-SHOWN_LINES:]:

@@ -52,7 +52,8 @@ def test_show_logs_and_run_say_what_a_failed_step_printed(tmp_path: Path,
     show = brain(brain_cmd, "show", run_id[:10], cwd=tmp_path)
     assert show.returncode == 0, show.stderr
     out = show.stdout.splitlines()
-    assert out.index("tests output:") < out.index("  FAILED test_x") < out.index("tests stderr:")
+    assert out.index("output of tests:") < out.index("  FAILED test_x") < out.index(
+        "stderr of tests:")
     assert "  E assert 1 == 2" in out
 
     every = brain(brain_cmd, "logs", run_id, cwd=tmp_path)
