@@ -96,12 +96,15 @@ class StepLogHandler(logging.Handler):
 def install() -> None:
     """Wrap ``sys.stdout`` and ``sys.stderr`` (again if somebody replaced them since) and
     add the logging handler once."""
+    root = logging.getLogger()
+    if isinstance(sys.stdout, StepAwareStream) and isinstance(sys.stderr, StepAwareStream) \
+            and any(isinstance(h, StepLogHandler) for h in root.handlers):
+        return  # (the usual case: no lock taken)
     with _install_lock:
         if not isinstance(sys.stdout, StepAwareStream):
             sys.stdout = StepAwareStream(sys.stdout, "stdout")  # type: ignore[assignment]
         if not isinstance(sys.stderr, StepAwareStream):
             sys.stderr = StepAwareStream(sys.stderr, "stderr")  # type: ignore[assignment]
-        root = logging.getLogger()
         if not any(isinstance(h, StepLogHandler) for h in root.handlers):
             root.addHandler(StepLogHandler())
 

@@ -69,6 +69,7 @@ class StepLog:
         self._batch: dict[int, LogLine] = {}
         self._drop: tuple[int, int] | None = None
         self.fed_since_take = False
+        self.any_fed = False  # anything at all, ever
 
     def seconds(self) -> float:
         """Seconds since the log began (the step's first try)."""
@@ -79,7 +80,7 @@ class StepLog:
         if not data:
             return
         with self._lock:
-            self.fed_since_take = True
+            self.fed_since_take = self.any_fed = True
             t = time.monotonic() - self._t0
             if self._fed < HEAD_BYTES:
                 part = data[:HEAD_BYTES - self._fed]

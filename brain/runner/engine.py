@@ -92,6 +92,7 @@ class RunExecution:
                                         else await self.store.step_outputs(self.previous_run_id))
             return await self._execute()
         finally:
+            self.recorder.flusher.stop()
             await asyncio.shield(self._close_executors())
 
     async def _execute(self) -> RunStatus:

@@ -1,6 +1,8 @@
-"""Storing a step's log while the step runs: a batch every :data:`FLUSH_SECONDS`, one
-write per step whatever the line count, and the last batch before the step's end is
-recorded (so whoever follows the log has every line before the step's end)."""
+"""Storing steps' logs while they run: every :data:`FLUSH_SECONDS` one task per execution
+(:class:`LogFlusher`) stores each running step's new lines, one write per step whatever
+the line count; a step's last lines are stored before its end is recorded (so whoever
+follows its log has every line before the step's end). A step that prints nothing costs
+no write."""
 
 from __future__ import annotations
 
@@ -37,16 +39,14 @@ class LogWriter:
         self.on_log = on_log
         self.log = StepLog(first_seq=(prior_tries << SEQ_SHIFT) + 1)
         self._writing: asyncio.Future[None] | None = None
-        self._task = asyncio.create_task(self._every_interval())
         self.closed = False
 
-    async def _every_interval(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_SECONDS)
-            if not self.log.fed_since_take:
-                continue
-            self._writing = asyncio.ensure_future(self._write(self.log.take()))
-            await asyncio.shield(self._writing)  # a close waits for a begun write
+    async def flush(self) -> None:
+        """Store the lines made since the last flush (the flusher's interval)."""
+        if self.closed or not self.log.fed_since_take:
+            return
+        self._writing = asyncio.ensure_future(self._write(self.log.take()))
+        await asyncio.shield(self._writing)  # a close waits for a begun write
 
     async def _write(self, batch: LogBatch) -> None:
         if not batch:
@@ -61,14 +61,45 @@ class LogWriter:
                       exc)
 
     async def close(self) -> None:
-        """Stop the interval and store what is left (call once the step's work ended)."""
+        """Store what is left (call once the step's work ended); nothing if it printed
+        nothing."""
         if self.closed:
             return
         self.closed = True
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
         if self._writing is not None:
             with contextlib.suppress(Exception):
                 await self._writing
-        await self._write(self.log.take(final=True))
+        if self.log.any_fed:
+            await self._write(self.log.take(final=True))
+
+
+class LogFlusher:
+    """The one task of an execution that stores its running steps' new lines every
+    :data:`FLUSH_SECONDS` (started with the first step, stopped with the execution)."""
+
+    def __init__(self) -> None:
+        self._writers: set[LogWriter] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, writer: LogWriter) -> None:
+        """Flush ``writer`` every interval until it is closed."""
+        self._writers.add(writer)
+        if self._task is None:
+            self._task = asyncio.create_task(self._every_interval(), name="brain-step-logs")
+
+    async def _every_interval(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            for writer in list(self._writers):
+                if writer.closed:
+                    self._writers.discard(writer)
+                    continue
+                with contextlib.suppress(Exception):
+                    await writer.flush()
+
+    def stop(self) -> None:
+        """Stop flushing (the execution is over: every writer was closed)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self._writers.clear()

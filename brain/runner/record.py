@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from brain._clock import utcnow
 from brain.results import StepStatus, base_name
 from brain.runner.events import EventHandler, LogHandler, StepEvent
-from brain.runner.logwriter import LogWriter
+from brain.runner.logwriter import LogFlusher, LogWriter
 
 if TYPE_CHECKING:
     from brain.store.base import RunStore
@@ -32,13 +32,16 @@ class Recorder:
         self.kinds = kinds
         self.on_event = on_event
         self.on_log = on_log
+        self.flusher = LogFlusher()
         #: What steps cut off by a cancel had printed: written with the run's end.
         self._cut_off: dict[str, tuple[str | None, str | None]] = {}
 
     def log_writer(self, step: str, prior_tries: int) -> LogWriter:
         """A writer that stores ``step``'s log as it runs (and tells ``on_log``)."""
-        return LogWriter(self.store, self.run_id, step, self.owner, prior_tries=prior_tries,
-                         on_log=self.on_log)
+        writer = LogWriter(self.store, self.run_id, step, self.owner, prior_tries=prior_tries,
+                           on_log=self.on_log)
+        self.flusher.add(writer)
+        return writer
 
     def cut_off(self, step: str, output: str | None, stderr: str | None) -> None:
         """Keep what ``step`` printed before a cancel cut it off, for :meth:`write_cut_off`."""
