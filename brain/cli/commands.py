@@ -7,15 +7,15 @@ import argparse
 import asyncio
 import importlib
 import json
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from brain._errors import BrainError, WorkflowLoadError
+from brain._errors import BrainError
 from brain.cli import parse_age, render, run_trigger, settle
+from brain.cli.checking import cmd_check
 from brain.cli.follow import LinePrinter, cmd_logs
 
 if TYPE_CHECKING:
@@ -152,68 +152,6 @@ def _warn_first(message: str, then: EventHandler | None) -> EventHandler:
             then(event)
 
     return handle
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """Load every workflow file named, and each folder's workflow files, as ``serve`` would.
-
-    What passes is said on stdout, one line per workflow; what fails on stderr."""
-    check = _Check()
-    for path in args.paths or ["."]:
-        check.path(path)
-    return 2 if check.bad else 0
-
-
-class _Check:
-    """``brain check``'s tally: the problems found, and which file defined each workflow."""
-
-    def __init__(self) -> None:
-        self.bad = 0
-        self.seen: dict[str, str | None] = {}  # workflow name -> the file that defines it
-
-    def problem(self, message: str) -> None:
-        render.error(message)
-        self.bad += 1
-
-    def path(self, path: str) -> None:
-        """Check one file, or one folder's workflow files (saying which ones it skipped)."""
-        from brain.loader import scan_folder
-
-        if not os.path.isdir(path):
-            self.file(path, named=True)
-            return
-        files, skipped = scan_folder(path)
-        for file in skipped:
-            render.result(f"{file}: skipped, not a workflow file (it never mentions brain)",
-                          dim=True)
-        found, bad_before = 0, self.bad
-        for file in files:
-            found += self.file(file, named=False)
-        if not found and self.bad == bad_before:
-            self.problem(f"{path}: no workflow in this folder's *.py files (skipping _*.py, "
-                         "test_*.py, conftest.py and files that never mention brain)")
-
-    def file(self, file: str, *, named: bool) -> int:
-        """Check one file; how many workflows it defines."""
-        from brain.loader import load_file
-
-        try:
-            workflows = load_file(file)
-        except WorkflowLoadError as exc:
-            self.problem(str(exc))
-            return 0
-        if not workflows and named:
-            self.problem(f"{file}: defines no @workflow")
-        for wf in workflows.values():
-            first = self.seen.setdefault(wf.name, wf.spec.source_file)
-            if first != wf.spec.source_file:
-                self.problem(f"workflow {wf.name!r} is defined twice: in {first} and "
-                             f"{wf.spec.source_file}")
-                continue
-            triggers = f", {render.plural(len(wf.triggers), 'trigger')}" if wf.triggers else ""
-            render.result(f"{file}: {wf.name} ({render.plural(len(wf.spec.steps), 'step')}"
-                          f"{triggers})")
-        return len(workflows)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:

@@ -1,0 +1,72 @@
+"""``brain check``: load workflow files (or folders of them) as ``serve`` would, and say
+what each defines, or what is wrong with it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from brain._errors import WorkflowLoadError
+from brain.cli import render
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Load every workflow file named, and each folder's workflow files, as ``serve`` would.
+
+    What passes is said on stdout, one line per workflow; what fails on stderr."""
+    check = _Check()
+    for path in args.paths or ["."]:
+        check.path(path)
+    return 2 if check.bad else 0
+
+
+class _Check:
+    """``brain check``'s tally: the problems found, and which file defined each workflow."""
+
+    def __init__(self) -> None:
+        self.bad = 0
+        self.seen: dict[str, str | None] = {}  # workflow name -> the file that defines it
+
+    def problem(self, message: str) -> None:
+        render.error(message)
+        self.bad += 1
+
+    def path(self, path: str) -> None:
+        """Check one file, or one folder's workflow files (saying which ones it skipped)."""
+        from brain.loader import scan_folder
+
+        if not os.path.isdir(path):
+            self.file(path, named=True)
+            return
+        files, skipped = scan_folder(path)
+        for file in skipped:
+            render.result(f"{file}: skipped, not a workflow file (it never mentions brain)",
+                          dim=True)
+        found, bad_before = 0, self.bad
+        for file in files:
+            found += self.file(file, named=False)
+        if not found and self.bad == bad_before:
+            self.problem(f"{path}: no workflow in this folder's *.py files (skipping _*.py, "
+                         "test_*.py, conftest.py and files that never mention brain)")
+
+    def file(self, file: str, *, named: bool) -> int:
+        """Check one file; how many workflows it defines."""
+        from brain.loader import load_file
+
+        try:
+            workflows = load_file(file)
+        except WorkflowLoadError as exc:
+            self.problem(str(exc))
+            return 0
+        if not workflows and named:
+            self.problem(f"{file}: defines no @workflow")
+        for wf in workflows.values():
+            first = self.seen.setdefault(wf.name, wf.spec.source_file)
+            if first != wf.spec.source_file:
+                self.problem(f"workflow {wf.name!r} is defined twice: in {first} and "
+                             f"{wf.spec.source_file}")
+                continue
+            triggers = f", {render.plural(len(wf.triggers), 'trigger')}" if wf.triggers else ""
+            render.result(f"{file}: {wf.name} ({render.plural(len(wf.spec.steps), 'step')}"
+                          f"{triggers})")
+        return len(workflows)
