@@ -272,7 +272,7 @@ def _serve(app: Litestar, service: BrainService, workflows: dict[str, object],
     port = int(sock.getsockname()[1])
     _warn_if_root()
     hooks = ", ".join(f"/hooks/{p}" for p in service.hooks) or "none"
-    announce(f"The Brain: {len(workflows)} workflows ({', '.join(workflows)}) on "
+    announce(f"The Brain: {_workflows(len(workflows))} ({', '.join(workflows)}) on "
               f"http://{args.host}:{port}  ·  page /  ·  API /api  ·  OpenAPI /schema  ·  "
               f"webhooks {hooks}  ·  database {service.store.shown_url}")
     config = uvicorn.Config(app, host=args.host, port=port, log_config=None,
@@ -324,7 +324,7 @@ async def _work(service: BrainService, workflows: dict[str, object]) -> None:
     """Start the worker's executors; stop them on SIGTERM/SIGINT (a second one stops the
     running steps at once)."""
     await service.start()
-    announce(f"The Brain worker: {len(workflows)} workflows, {service.concurrency} runs at "
+    announce(f"The Brain worker: {_workflows(len(workflows))}, {service.concurrency} runs at "
              f"once, database {service.store.shown_url}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -346,3 +346,8 @@ async def _work(service: BrainService, workflows: dict[str, object]) -> None:
     await service.stop(grace_seconds=STOP_GRACE_SECONDS)
     for hurry in stopping:
         await hurry
+
+
+def _workflows(count: int) -> str:
+    """``1 workflow``, ``2 workflows``."""
+    return f"{count} workflow{'' if count == 1 else 's'}"
