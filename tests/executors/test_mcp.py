@@ -231,6 +231,7 @@ ARGV_COMMAND = (f"{shlex.quote(PY)} {shlex.quote(TOOLS)} --q {{trigger.body}} "
 class Batch:
     runs: dict[str, RunResult]
     methods_log: Path
+    store_url: str
 
 
 @pytest.fixture(scope="module")
@@ -331,8 +332,22 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> Batch:
         "requests": (server_requests, None), "outputs": (outputs, None),
         "pids": (two_pids, None), "argv": (argv, {"body": ARGV_BODY}),
     }
-    results = run_all(*runs.values(), store=f"sqlite+aiosqlite:///{tmp / 'brain.db'}")
-    return Batch(runs=dict(zip(runs, results, strict=True)), methods_log=methods_log)
+    url = f"sqlite+aiosqlite:///{tmp / 'brain.db'}"
+    results = run_all(*runs.values(), store=url)
+    return Batch(runs=dict(zip(runs, results, strict=True)), methods_log=methods_log,
+                 store_url=url)
+
+
+def step_log(batch: Batch, run: str, step: str) -> list[tuple[str, str]]:
+    """``(stream, text)`` of a step's stored log."""
+    from brain.store import Store
+
+    async def read() -> list[tuple[str, str]]:
+        async with Store(batch.store_url) as store:
+            lines = await store.read_log(batch.runs[run].run_id, step)
+        return [(line.stream, line.text) for line in lines]
+
+    return asyncio.run(read())
 
 
 # --- arguments and placeholders ----------------------------------------------
@@ -499,6 +514,21 @@ def test_stderr_flood_keeps_only_the_last_8_kib_and_never_reaches_the_output(bat
     assert "FLOOD-END" in step.stderr          # the end of the stream is kept...
     assert "FLOOD-START" not in step.stderr    # ...its start is not
     assert STARTED not in step.stderr
+
+
+def test_the_servers_stderr_is_the_steps_log(batch: Batch):
+    """SPEC §20: what the server writes to stderr is its step's log, line by line; a flood
+    keeps its first 8 KiB and last 64 KiB, with a line saying what was dropped."""
+    died = step_log(batch, "die", "die")
+    assert ("stderr", "die: first stderr line") in died
+    assert ("stderr", "die: about to exit with 3") in died
+    flood = step_log(batch, "flood", "flood")
+    texts = [text for _, text in flood]
+    assert any("FLOOD-START" in text for text in texts[:5])
+    assert any("FLOOD-END" in text for text in texts[-3:])
+    notes = [text for stream, text in flood if stream == "brain"]
+    assert len(notes) == 1 and notes[0].endswith(" dropped …")
+    assert sum(len(text) + 1 for text in texts) <= (8 + 64 + 1) * 1024
 
 
 def test_log_and_progress_notifications_before_the_answer_are_fine(batch: Batch):
