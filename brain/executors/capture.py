@@ -72,6 +72,10 @@ class StepAwareStream(io.TextIOBase):
         """The wrapped stream's encoding."""
         return getattr(self.wrapped, "encoding", None) or "utf-8"
 
+    def __getattr__(self, name: str) -> object:
+        """Whatever else the wrapped stream has (``buffer``, ``reconfigure``, ...)."""
+        return getattr(self.wrapped, name)
+
 
 class StepLogHandler(logging.Handler):
     """Records emitted inside a step (but The Brain's own) go to its log as ``log``."""
