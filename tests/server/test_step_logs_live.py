@@ -59,7 +59,9 @@ def _collect(url: str, out: list[tuple[str, dict[str, Any]]], stop: threading.Ev
                 event = line.split(":", 1)[1].strip()
             elif line.startswith("data:") and event:
                 out.append((event, json.loads(line.split(":", 1)[1])))
-                if event == until or stop.is_set():
+                # (without ``until``: the step's last line ends it)
+                if event == until or stop.is_set() or (
+                        until is None and event == "log" and "last line" in log_texts(out[-1:])):
                     return
 
 
@@ -138,7 +140,8 @@ def test_a_running_steps_lines_reach_the_api_the_events_and_brain_logs(tmp_path:
                                         "status": "succeeded"})
         wait_for(lambda: httpx.get(f"{server.url}/api/runs/{run_id}", headers=AUTH).json()[
             "status"] == "succeeded", "the run's end")
-        wait_for(lambda: "last line" in log_texts(events), "the last line's event")
+        watcher.join(60)  # it ends at the last line's event
+        assert not watcher.is_alive() and "last line" in log_texts(events)
         # not found: a step the run does not have
         missing = httpx.get(f"{server.url}/api/runs/{run_id}/steps/nope/log", headers=AUTH)
         assert missing.status_code == 404 and "no step 'nope'" in missing.json()["detail"]
