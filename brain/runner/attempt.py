@@ -171,7 +171,11 @@ class StepRunner:
                       t0: float, **fields: Any) -> None:
         """The final write of a step that ran: its running mark, process records and log
         land first (a record that failed, a lost lease included, raises here)."""
-        await state.writer.close()
+        try:
+            await state.writer.close()
+        except asyncio.CancelledError:  # ended, then cut off before its end was written
+            self.recorder.cut_off(name, fields.get("output"), fields.get("stderr"))
+            raise
         await state.mark.settle()
         for task in state.records:
             await task

@@ -1,8 +1,8 @@
 """Storing steps' logs while they run: every :data:`FLUSH_SECONDS` one task per execution
-(:class:`LogFlusher`) stores each running step's new lines, one write per step whatever
-the line count; a step's last lines are stored before its end is recorded (so whoever
-follows its log has every line before the step's end). A step that prints nothing costs
-no write."""
+(:class:`LogFlusher`) stores every running step's new lines in one commit, whatever the
+line and step count; a step's last lines are stored before its end is recorded (so
+whoever follows its log has every line before the step's end), and the run's end waits
+for them. A step that prints nothing costs no write."""
 
 from __future__ import annotations
 
@@ -31,29 +31,30 @@ class LogWriter:
     """Stores one step's :class:`StepLog` as it grows (see the module)."""
 
     def __init__(self, store: RunStore, run_id: str, step: str, owner: str, *,
-                 prior_tries: int, on_log: LogHandler | None) -> None:
+                 prior_tries: int, on_log: LogHandler | None,
+                 closing: set[asyncio.Future[None]] | None = None) -> None:
         self.store = store
+        #: Where a close's final write is kept until it is done (the run's end waits for it).
+        self._closing = closing if closing is not None else set()
         self.run_id = run_id
         self.step = step
         self.owner = owner
         self.on_log = on_log
         self.log = StepLog(first_seq=(prior_tries << SEQ_SHIFT) + 1)
-        self._writing: asyncio.Future[None] | None = None
+        #: The flusher's write in progress with this step's lines, if any.
+        self.writing: asyncio.Future[None] | None = None
         self.closed = False
 
-    async def flush(self) -> None:
-        """Store the lines made since the last flush (the flusher's interval)."""
-        if self.closed or not self.log.fed_since_take:
-            return
-        self._writing = asyncio.ensure_future(self._write(self.log.take()))
-        await asyncio.shield(self._writing)  # a close waits for a begun write
+    def tell(self, batch: LogBatch) -> None:
+        """Tell ``on_log`` of the batch's new lines."""
+        if self.on_log is not None and batch.lines:
+            with contextlib.suppress(Exception):
+                self.on_log(LogEvent(self.run_id, self.step, batch.lines))
 
     async def _write(self, batch: LogBatch) -> None:
         if not batch:
             return
-        if self.on_log is not None and batch.lines:
-            with contextlib.suppress(Exception):
-                self.on_log(LogEvent(self.run_id, self.step, batch.lines))
+        self.tell(batch)
         try:
             await self.store.append_log(self.run_id, self.step, batch, owner=self.owner)
         except Exception as exc:  # a lost lease or a busy database: the step goes on
@@ -66,9 +67,17 @@ class LogWriter:
         if self.closed:
             return
         self.closed = True
-        if self._writing is not None:
+        # Shielded: a cancel arriving now (a sibling failed) must not lose the last lines;
+        # the run's end waits for them (LogFlusher.settle).
+        final = asyncio.ensure_future(self._final())
+        self._closing.add(final)
+        final.add_done_callback(self._closing.discard)
+        await asyncio.shield(final)
+
+    async def _final(self) -> None:
+        if self.writing is not None:
             with contextlib.suppress(Exception):
-                await self._writing
+                await self.writing
         if self.log.any_fed:
             await self._write(self.log.take(final=True))
 
@@ -80,6 +89,8 @@ class LogFlusher:
     def __init__(self) -> None:
         self._writers: set[LogWriter] = set()
         self._task: asyncio.Task[None] | None = None
+        #: Final writes of closed writers not done yet.
+        self.closing: set[asyncio.Future[None]] = set()
 
     def add(self, writer: LogWriter) -> None:
         """Flush ``writer`` every interval until it is closed."""
@@ -90,12 +101,22 @@ class LogFlusher:
     async def _every_interval(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
-            for writer in list(self._writers):
-                if writer.closed:
-                    self._writers.discard(writer)
-                    continue
-                with contextlib.suppress(Exception):
-                    await writer.flush()
+            self._writers = {w for w in self._writers if not w.closed}
+            ready = [w for w in self._writers if w.log.fed_since_take]
+            if not ready:
+                continue
+            # Every step's new lines in one commit: many printing steps cost one write.
+            batches = [(w, w.log.take()) for w in ready]
+            writing = asyncio.ensure_future(_write_round(batches))
+            for writer in ready:
+                writer.writing = writing  # a close waits for it
+            with contextlib.suppress(Exception):
+                await asyncio.shield(writing)
+
+    async def settle(self) -> None:
+        """Wait until every closed writer's last lines are stored (before the run's end)."""
+        while self.closing:
+            await asyncio.gather(*list(self.closing), return_exceptions=True)
 
     def stop(self) -> None:
         """Stop flushing (the execution is over: every writer was closed)."""
@@ -103,3 +124,18 @@ class LogFlusher:
             self._task.cancel()
             self._task = None
         self._writers.clear()
+
+
+async def _write_round(batches: list[tuple[LogWriter, LogBatch]]) -> None:
+    """Store one interval's batches of an execution's steps, in one commit."""
+    batches = [(w, b) for w, b in batches if b]
+    if not batches:
+        return
+    first = batches[0][0]
+    for writer, batch in batches:
+        writer.tell(batch)
+    try:
+        await first.store.append_logs(first.run_id, [(w.step, b) for w, b in batches],
+                                      owner=first.owner)
+    except Exception as exc:  # a lost lease or a busy database: the steps go on
+        log.debug("run %s: steps' logs were not stored: %s", first.run_id, exc)

@@ -39,7 +39,7 @@ class Recorder:
     def log_writer(self, step: str, prior_tries: int) -> LogWriter:
         """A writer that stores ``step``'s log as it runs (and tells ``on_log``)."""
         writer = LogWriter(self.store, self.run_id, step, self.owner, prior_tries=prior_tries,
-                           on_log=self.on_log)
+                           on_log=self.on_log, closing=self.flusher.closing)
         self.flusher.add(writer)
         return writer
 
@@ -49,7 +49,9 @@ class Recorder:
             self._cut_off[step] = (output or None, stderr)
 
     async def write_cut_off(self) -> None:
-        """Store what the steps cut off had printed (before their end is written)."""
+        """Store what the steps cut off had printed, and their last log lines (before their
+        end is written)."""
+        await self.flusher.settle()
         while self._cut_off:
             step, (output, stderr) = self._cut_off.popitem()
             await self.store.step_output(self.run_id, step, output=output, stderr=stderr,

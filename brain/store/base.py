@@ -144,6 +144,11 @@ class RunStore(Protocol):
         """Add to a step's stored log (see :class:`~brain.results.LogBatch`), in one commit."""
         ...
 
+    async def append_logs(self, run_id: str, batches: Sequence[tuple[str, LogBatch]], *,
+                          owner: str | None = None) -> None:
+        """Store several steps' batches (``(step, batch)``) in one commit."""
+        ...
+
     async def read_log(self, run_id: str, step: str, *, after: int = 0,
                        limit: int = 20_000) -> list[LogLine]:
         """The stored lines of ``step`` whose ``seq`` is greater than ``after``, in order."""

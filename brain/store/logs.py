@@ -8,6 +8,7 @@ while that owner holds the run's lease, else it raises
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,11 +32,17 @@ class StepLogs(UsesBackend):
     async def append_log(self, run_id: str, step: str, batch: LogBatch, *,
                          owner: str | None = None) -> None:
         """Store ``batch`` (see :class:`~brain.results.LogBatch`) in one commit."""
-        if not batch:
+        await self.append_logs(run_id, [(step, batch)], owner=owner)
+
+    async def append_logs(self, run_id: str, batches: Sequence[tuple[str, LogBatch]], *,
+                          owner: str | None = None) -> None:
+        """Store several steps' batches (``(step, batch)``) in one commit."""
+        batches = [(step, batch) for step, batch in batches if batch]
+        if not batches:
             return
         now = utcnow()
 
-        def row(line: LogLine) -> dict[str, Any]:
+        def row(step: str, line: LogLine) -> dict[str, Any]:
             return {"run_id": run_id, "step": step, "seq": line.seq, "stream": line.stream,
                     "t": line.t, "text": clean_text(line.text) or "", "written_at": now}
 
@@ -43,14 +50,13 @@ class StepLogs(UsesBackend):
             if owner is not None:  # the lease first: under a lost one nothing is written
                 check_lease(conn.write(queries.HOLDS_LEASE, {"run_id": run_id, "owner": owner}),
                             owner)
-            if batch.drop is not None:
-                conn.write(queries.DROP_LOG_LINES, {"run_id": run_id, "step": step,
-                                                    "first": batch.drop[0],
-                                                    "last": batch.drop[1]})
-            if batch.lines:
-                conn.write(queries.INSERT_LOG_LINE, [row(line) for line in batch.lines])
-            if batch.note is not None:
-                conn.write(queries.UPSERT_LOG_NOTE, row(batch.note))
+            for step, batch in batches:
+                if batch.drop is not None:
+                    conn.write(queries.DROP_LOG_LINES, {"run_id": run_id, "step": step,
+                                                        "first": batch.drop[0],
+                                                        "last": batch.drop[1]})
+                lines = [*batch.lines, *([batch.note] if batch.note is not None else [])]
+                conn.write(queries.UPSERT_LOG_LINE, [row(step, line) for line in lines])
 
         await self.db.atomically(job)
 

@@ -151,6 +151,13 @@ class MemoryStore(MemoryQueue):
             lines[line.seq] = (LogLine(line.seq, line.stream, line.t,
                                        clean_text(line.text) or ""), now)
 
+    async def append_logs(self, run_id: str, batches: Sequence[tuple[str, LogBatch]], *,
+                          owner: str | None = None) -> None:
+        """Store several steps' batches at once."""
+        self._leased(run_id, owner)
+        for step, batch in batches:
+            await self.append_log(run_id, step, batch, owner=owner)
+
     async def read_log(self, run_id: str, step: str, *, after: int = 0,
                        limit: int = 20_000) -> list[LogLine]:
         """The stored lines of ``step`` whose ``seq`` is greater than ``after``, in order."""

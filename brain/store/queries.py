@@ -130,9 +130,10 @@ STEP_OUTPUT = "UPDATE brain_steps SET output = :output, stderr = :stderr" + _STE
 # --- step logs -----------------------------------------------------------------------------
 
 LOG_COLUMNS = ("run_id", "step", "seq", "stream", "t", "text", "written_at")
-INSERT_LOG_LINE = _insert("brain_step_logs", LOG_COLUMNS)
-#: The line saying what was dropped between a log's head and tail: written again as more is.
-UPSERT_LOG_NOTE = (INSERT_LOG_LINE + " ON CONFLICT (run_id, step, seq) DO UPDATE SET "
+#: A line is written in place of one with its ``seq`` (the note on what was dropped, written
+#: again as more is; a line of an execution that died before its step's try was counted).
+UPSERT_LOG_LINE = (_insert("brain_step_logs", LOG_COLUMNS)
+                   + " ON CONFLICT (run_id, step, seq) DO UPDATE SET stream = excluded.stream, "
                    "t = excluded.t, text = excluded.text, written_at = excluded.written_at")
 DROP_LOG_LINES = ("DELETE FROM brain_step_logs WHERE run_id = :run_id AND step = :step "
                   "AND seq BETWEEN :first AND :last")

@@ -240,3 +240,29 @@ async def test_what_a_steps_own_thread_prints_is_scrubbed_where_it_goes(
         assert texts(await store.read_log(run.run_id, "spawns")) == ["from the step: ***"]
     out = capsys.readouterr().out
     assert "from a thread: ***" in out and "thr-secret-value-0042" not in out
+
+
+async def test_a_step_that_ended_keeps_its_last_lines_when_a_cancel_cuts_their_write() -> None:
+    """Step ``a``'s program has exited 0 and its last lines are being stored (slowly: a busy
+    database) when a failing sibling cancels it: the lines, and its output, are kept, and
+    the run's end is written after them (found by the review round)."""
+
+    class SlowFinalWrite(MemoryStore):
+        async def append_log(self, run_id: str, step: str, batch: Any, *,
+                             owner: str | None = None) -> None:
+            if step == "a" and any("a done" in ln.text for ln in batch.lines):
+                await asyncio.sleep(1.0)
+            await super().append_log(run_id, step, batch, owner=owner)
+
+    @workflow(name="final_write_cut")
+    def final_write_cut():
+        with parallel():
+            shell("a", command="echo a start; sleep 0.2; echo a done")
+            shell("b", command="sleep 0.6; exit 3")
+
+    async with SlowFinalWrite() as store:
+        run = await run_workflow_now(final_write_cut, store=store)
+        log = texts(await store.read_log(run.run_id, "a"))
+    assert run.status == "failed"
+    assert log == ["a start", "a done"]
+    assert run.steps["a"].output == "a start\na done"

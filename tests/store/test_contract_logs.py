@@ -115,3 +115,31 @@ async def test_prune_deletes_the_logs_of_the_runs_it_deletes(store: Any) -> None
     assert await store.recent_logs(cutoff - timedelta(days=1)) != []
     assert all(r != old for r, _, _, _ in await store.recent_logs(cutoff - timedelta(days=1)))
     assert await store.read_log(old, "one") == []
+
+
+async def test_a_line_is_written_in_place_of_one_with_its_seq(store: Any) -> None:
+    """An execution that died before its step's try was counted, and the one that resumed
+    it, number their lines alike: the later line wins, and no write of it fails."""
+    run_id = await make_run(store, owner=OWNER)
+    await store.append_log(run_id, "one", LogBatch(lines("dead 1", "dead 2")), owner=OWNER)
+    await store.append_log(run_id, "one", LogBatch(lines("resumed 1", first=2,
+                                                         stream="stderr")), owner=OWNER)
+    got = await store.read_log(run_id, "one")
+    assert [(ln.seq, ln.stream, ln.text) for ln in got] == [
+        (1, "stdout", "dead 1"), (2, "stderr", "resumed 1")]
+
+
+async def test_several_steps_batches_are_stored_in_one_call(store: Any) -> None:
+    run_id = await make_run(store, owner=OWNER)
+    await store.append_logs(run_id, [("one", LogBatch(lines("a", "b"))),
+                                     ("two", LogBatch()),
+                                     ("three", LogBatch(lines("c")))], owner=OWNER)
+    await store.append_logs(run_id, [], owner=OWNER)
+    assert {step: texts for step, texts in
+            ((s, [ln.text for ln in found]) for s, found in (await store.run_logs(run_id)).items())
+            } == {"one": ["a", "b"], "three": ["c"]}
+    await taken_over(store, run_id)
+    with pytest.raises(LeaseLost):
+        await store.append_logs(run_id, [("one", LogBatch(lines("late", first=3)))],
+                                owner=OWNER)
+    assert len(await store.read_log(run_id, "one")) == 2
