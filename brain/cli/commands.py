@@ -111,11 +111,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
     """Tell whoever ran a failed run by hand that its ``on_failure`` handlers' runs were
     queued, and what executes them: they are not run here."""
+    from brain.runner.queueing import failure_of
+
     async def find(store: Store) -> list[RunResult]:
         found: list[RunResult] = []
         for name in dict.fromkeys(handlers):
             runs = await store.list_runs(workflow=name, event="failure", limit=50)
-            found += [r for r in runs if _failed_run_of(r) == run_id]
+            found += [r for r in runs if (failure_of(r) or {}).get("run_id") == run_id]
         return found
 
     queued = in_store(find)
@@ -125,16 +127,6 @@ def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
     render.note(f"on_failure queued {render.plural(len(queued), 'handler run')}: {listed}; "
                 f"a serving process (brain serve or brain worker) on this database executes "
                 f"{'it' if len(queued) == 1 else 'them'}")
-
-
-def _failed_run_of(handler_run: RunResult) -> str | None:
-    """The id of the failed run a failure handler's run is about (in its JSON body)."""
-    try:
-        data = json.loads(handler_run.trigger.body)
-    except ValueError:
-        return None
-    found = data.get("run_id") if isinstance(data, dict) else None
-    return found if isinstance(found, str) else None
 
 
 def _warn_first(message: str, then: EventHandler | None) -> EventHandler:

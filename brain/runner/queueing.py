@@ -15,10 +15,10 @@ import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from brain._errors import BrainError
-from brain.results import TriggerData
+from brain.results import RunResult, TriggerData
 from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import QueuedRun
 
@@ -90,6 +90,21 @@ def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error:
     current = loaded or {}
     return [new_run(current.get(h.name, h), TriggerData(event="failure", body=body))
             for h in handlers]
+
+
+def failure_of(run: RunResult) -> dict[str, Any] | None:
+    """For a failure handler's run, the failed run as :func:`failure_runs` gave it in the
+    trigger body (``{"run_id", "workflow", "error", "failed_step", "failed_step_error"}``);
+    ``None`` for any other run."""
+    if run.trigger.event != "failure":
+        return None
+    try:
+        body = json.loads(run.trigger.body)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("run_id"), str):
+        return None
+    return body
 
 
 class LocalQueue(Protocol):

@@ -21,6 +21,7 @@ from brain.executors import Executor, default_executors
 from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
 from brain.executors.function import output_text
 from brain.results import RunResult, base_name
+from brain.runner.queueing import failure_of
 
 if TYPE_CHECKING:
     from brain.store.base import RunStore
@@ -153,22 +154,11 @@ async def arun_workflow(wf: Workflow, trigger: object = None, *,
         result = await run_workflow_now(wf, trigger, store=st, executors=executors,
                                         previous_outputs=None if previous is None else dict(previous))
         queued = [r for r in await st.list_runs(status="queued", event="failure", limit=1000)
-                  if _failed_run_of(r) == result.run_id]
+                  if (failure_of(r) or {}).get("run_id") == result.run_id]
     finally:
         if own:
             await st.close()
     return MockedRunResult(**dict(result), calls=mocking.calls, failure_runs=queued)
-
-
-def _failed_run_of(handler_run: RunResult) -> str | None:
-    """The id of the failed run a failure handler's run is about."""
-    import json
-
-    try:
-        data = json.loads(handler_run.trigger.body)
-    except ValueError:
-        return None
-    return data.get("run_id") if isinstance(data, dict) else None
 
 
 def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mock] | None = None,

@@ -4,12 +4,12 @@ delivery, and the link between a failed run and its ``on_failure`` handler runs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from brain.results import RunResult
+from brain.runner import queueing
 
 #: Where senders put the event's name and the delivery's id (lower-case, as stored).
 EVENT_HEADERS = ("x-github-event", "x-gitlab-event", "x-gitea-event", "x-event-key")
@@ -62,15 +62,10 @@ class FailedRun:
 
 
 def failure_of(run: RunResult) -> FailedRun | None:
-    """For a handler run (``trigger.event == "failure"``), the run that failed: its body is
-    ``{"run_id", "workflow", "error", "failed_step", ...}`` (``runner.queueing.failure_runs``)."""
-    if run.trigger.event != "failure":
-        return None
-    try:
-        body = json.loads(run.trigger.body)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or not isinstance(body.get("run_id"), str):
+    """For a handler run (``trigger.event == "failure"``), the run that failed (as
+    :func:`brain.runner.queueing.failure_of` reads it from the handler's trigger body)."""
+    body = queueing.failure_of(run)
+    if body is None:
         return None
     step = body.get("failed_step")
     return FailedRun(run_id=body["run_id"], workflow=str(body.get("workflow") or "?"),
