@@ -151,18 +151,10 @@ def pg_url(_pg_server: None) -> Iterator[str]:
     or other sessions, never share one. The tests of one worker do share it, one after
     another, so none depends on another having created the schema first. (An empty database
     is ``fresh_pg_url``'s.)"""
-    from brain.store import Store
-
-    async def upgrade(url: str) -> None:
-        store = Store(url)
-        await store.open(check_schema=False)
-        try:
-            await store.upgrade_schema()
-        finally:
-            await store.close()
+    from support import upgraded_schema
 
     with _new_database(os.environ.get("PYTEST_XDIST_WORKER", "main")) as url:
-        asyncio.run(upgrade(url))
+        asyncio.run(upgraded_schema(url))
         yield url
 
 

@@ -197,3 +197,16 @@ async def resume_once_expired(wf: Any, store: Any, run_id: str, seconds: float =
         if result is None:
             await asyncio.sleep(0.25)
     return result
+
+
+async def upgraded_schema(url: str) -> None:
+    """Create (or upgrade) the schema of the database at ``url``, as ``brain db upgrade``
+    does: a PostgreSQL schema is never created on open."""
+    from brain.store import Store
+
+    store = Store(url)
+    await store.open(check_schema=False)
+    try:
+        await store.upgrade_schema()
+    finally:
+        await store.close()

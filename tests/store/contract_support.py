@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import upgraded_schema
 
 from brain._owners import this_machine
 from brain.results import RunStatus, StepStatus, TriggerData
@@ -61,16 +62,6 @@ def xfail_on(*kinds: str, reason: str,
     return pytest.mark.parametrize("store", params, indirect=True)
 
 
-async def _upgraded(url: str) -> None:
-    """A PostgreSQL schema is created by ``brain db upgrade``, never on open."""
-    store = Store(url)
-    await store.open(check_schema=False)
-    try:
-        await store.upgrade_schema()
-    finally:
-        await store.close()
-
-
 @pytest.fixture
 def contract_database(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
     """The database URL the test's ``store`` param names: ``None`` for memory, a SQLite
@@ -84,7 +75,7 @@ def contract_database(request: pytest.FixtureRequest, tmp_path: Path) -> str | N
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'contract.db'}"
     url: str = request.getfixturevalue("fresh_pg_url")
-    asyncio.run(_upgraded(url))
+    asyncio.run(upgraded_schema(url))
     return url
 
 

@@ -401,9 +401,9 @@ def postgres_url(request: pytest.FixtureRequest) -> str:
     its own): a database per example would cost more than the example."""
     url: str | None = getattr(request.node, "_contract_pg_url", None)
     if url is None:
-        from store.contract_support import _upgraded
+        from support import upgraded_schema
 
         url = request.getfixturevalue("fresh_pg_url")
-        asyncio.run(_upgraded(url))
+        asyncio.run(upgraded_schema(url))
         request.node._contract_pg_url = url
     return url
