@@ -32,10 +32,10 @@ class LogWriter:
 
     def __init__(self, store: RunStore, run_id: str, step: str, owner: str, *,
                  prior_tries: int, on_log: LogHandler | None,
-                 closing: set[asyncio.Future[None]] | None = None) -> None:
+                 closing: set[asyncio.Future[None]]) -> None:
         self.store = store
         #: Where a close's final write is kept until it is done (the run's end waits for it).
-        self._closing = closing if closing is not None else set()
+        self._closing = closing
         self.run_id = run_id
         self.step = step
         self.owner = owner
@@ -50,16 +50,6 @@ class LogWriter:
         if self.on_log is not None and batch.lines:
             with contextlib.suppress(Exception):
                 self.on_log(LogEvent(self.run_id, self.step, batch.lines))
-
-    async def _write(self, batch: LogBatch) -> None:
-        if not batch:
-            return
-        self.tell(batch)
-        try:
-            await self.store.append_log(self.run_id, self.step, batch, owner=self.owner)
-        except Exception as exc:  # a lost lease or a busy database: the step goes on
-            log.debug("run %s: the log of step %r was not stored: %s", self.run_id, self.step,
-                      exc)
 
     async def close(self) -> None:
         """Store what is left (call once the step's work ended); nothing if it printed
@@ -79,7 +69,7 @@ class LogWriter:
             with contextlib.suppress(Exception):
                 await self.writing
         if self.log.any_fed:
-            await self._write(self.log.take(final=True))
+            await _write_round([(self, self.log.take(final=True))])
 
 
 class LogFlusher:
@@ -127,7 +117,8 @@ class LogFlusher:
 
 
 async def _write_round(batches: list[tuple[LogWriter, LogBatch]]) -> None:
-    """Store one interval's batches of an execution's steps, in one commit."""
+    """Store batches of an execution's steps (one interval's, or a step's last), in one
+    commit, telling ``on_log`` first; a failed write never fails a step."""
     batches = [(w, b) for w, b in batches if b]
     if not batches:
         return
