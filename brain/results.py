@@ -44,6 +44,11 @@ class StepStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+#: A step in one of these has ended: nothing more happens to it (its log included).
+FINISHED_STEP = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED,
+                           StepStatus.CANCELLED})
+
+
 FINISHED_RUN = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 

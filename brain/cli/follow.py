@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING
 
-from brain.results import FINISHED_RUN, LogLine, RunResult, StepStatus
+from brain.results import FINISHED_RUN, FINISHED_STEP, LogLine, RunResult
 
 if TYPE_CHECKING:
     from brain.runner.events import LogEvent
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 #: How often ``--follow`` looks for new lines.
 FOLLOW_SECONDS = 0.5
-_ENDED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED,
-                    StepStatus.CANCELLED})
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -100,7 +98,7 @@ async def show_logs(store: Store, run_id: str, step: str | None, follow: bool) -
 def _has_ended(run: RunResult, step: str | None) -> bool:
     if run.status in FINISHED_RUN:
         return True
-    return step is not None and run.steps[step].status in _ENDED
+    return step is not None and run.steps[step].status in FINISHED_STEP
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],

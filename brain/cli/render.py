@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from brain.cli import silence
+from brain.results import FINISHED_STEP
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -120,7 +121,6 @@ def _preview(text: str | None, width: int = 60) -> str:
     return escape(line[:width]) + more
 
 
-_FINAL_STEP = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 
 
 class Progress:
@@ -145,7 +145,7 @@ class Progress:
     def __call__(self, event: StepEvent) -> None:
         if event.step in self._ended:
             return
-        if event.status in _FINAL_STEP:
+        if event.status in FINISHED_STEP:
             self._ended.add(event.step)
         if not self._header_shown:
             self._header()

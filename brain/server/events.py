@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
 from brain._errors import RunNotFound
-from brain.results import FINISHED_RUN, StepStatus
+from brain.results import FINISHED_RUN, FINISHED_STEP
 
 if TYPE_CHECKING:
     from brain.server.access import ServiceAccess
@@ -36,9 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("brain.server")
 
 LOOK_SECONDS = 0.5
-#: A step in one of these has ended: nothing is added to its log any more.
-FINISHED_STEP = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED,
-                           StepStatus.CANCELLED})
 #: A listener that falls this far behind is dropped (its page reconnects and reloads).
 QUEUE_LIMIT = 1000
 
