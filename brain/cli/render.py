@@ -121,8 +121,6 @@ def _preview(text: str | None, width: int = 60) -> str:
     return escape(line[:width]) + more
 
 
-
-
 class Progress:
     """Prints one line per step event as a run goes (the live view of ``brain run``).
 

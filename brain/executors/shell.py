@@ -277,7 +277,7 @@ class _Collector:
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    """Wait until ``fd`` can be read (data, or its end)."""
+    """Wait until ``fd`` can be read (a pipe's data or end; a pidfd's process exit)."""
     ready: asyncio.Future[None] = loop.create_future()
 
     def wake() -> None:
@@ -350,17 +350,9 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         except (AttributeError, OSError):  # no pidfd here, or the process is already gone
             fd = None
         if fd is not None:
-            loop = asyncio.get_running_loop()
-            ready: asyncio.Future[None] = loop.create_future()
-            def on_exit() -> None:
-                if not ready.done():
-                    ready.set_result(None)
-
-            loop.add_reader(fd, on_exit)
             try:
-                await ready
+                await _readable(asyncio.get_running_loop(), fd)  # readable once it exited
             finally:
-                loop.remove_reader(fd)
                 os.close(fd)
     while proc.returncode is None:  # noqa: ASYNC110 - asyncio's child watcher sets it next
         await asyncio.sleep(0.001)
