@@ -6,7 +6,7 @@ follows it into its worker thread (the thread runs in a copy of the step's
 context), so steps running side by side each get their own lines.
 ``sys.stdout`` and ``sys.stderr`` are wrapped once by :func:`install` in a
 :class:`StepAwareStream`, which hands text written inside a step to its log and
-everything else to the stream it wraps; a ``logging`` handler on the root
+everything else, secrets scrubbed, to the stream it wraps; a ``logging`` handler on the root
 logger does the same for records emitted inside a step.
 """
 
@@ -32,7 +32,7 @@ _install_lock = threading.Lock()
 
 class StepAwareStream(io.TextIOBase):
     """``sys.stdout`` or ``sys.stderr``: inside a step, a write goes to its log as
-    ``stream``; outside, to the stream wrapped."""
+    ``stream``; outside, secrets scrubbed, to the stream wrapped."""
 
     def __init__(self, wrapped: TextIO, stream: str) -> None:
         super().__init__()
