@@ -20,6 +20,7 @@ from brain._version import __version__
 from brain.dsl import (
                            StepNode,
                            WorkflowGraph,
+                           approval,
                            cron,
                            every,
                            for_each,
@@ -28,8 +29,10 @@ from brain.dsl import (
                            parallel,
                            secret,
                            shell,
+                           sleep,
                            step,
                            trigger,
+                           wait_for,
                            watch,
                            webhook,
                            when,
@@ -40,7 +43,7 @@ from brain.workflow import Workflow, workflow
 __all__ = [
     "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
     "StepNode", "StepResult", "StepStatus", "StoreError", "TriggerData", "Workflow",
-    "WorkflowDefinitionError", "WorkflowGraph", "WorkflowLoadError", "__version__", "cron",
-    "every", "for_each", "llm", "mcp_tool", "parallel", "secret", "shell", "step", "trigger",
-    "watch", "webhook", "when", "workflow",
+    "WorkflowDefinitionError", "WorkflowGraph", "WorkflowLoadError", "__version__", "approval",
+    "cron", "every", "for_each", "llm", "mcp_tool", "parallel", "secret", "shell", "sleep",
+    "step", "trigger", "wait_for", "watch", "webhook", "when", "workflow",
 ]

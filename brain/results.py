@@ -24,20 +24,24 @@ def clean_text(text: str | None) -> str | None:
 
 
 class RunStatus(StrEnum):
-    """``queued → running → succeeded | failed | cancelled``."""
+    """``queued → running → succeeded | failed | cancelled``; ``waiting`` between running
+    and its end while a step waits (SPEC §16)."""
 
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 class StepStatus(StrEnum):
-    """``pending → running → succeeded | failed | skipped | cancelled``."""
+    """``pending → running → succeeded | failed | skipped | cancelled``; a ``sleep``,
+    ``approval`` or ``wait_for`` step is ``waiting`` before its end (SPEC §16)."""
 
     PENDING = "pending"
     RUNNING = "running"
+    WAITING = "waiting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
@@ -112,6 +116,12 @@ class StepResult(BaseModel):
     stderr: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    #: What a waiting step waits for (SPEC §16): ``kind`` (``sleep``, ``approval``,
+    #: ``signal``), and ``until``, ``prompt``, ``signal``, ``key``, ``timeout_at`` as they apply.
+    waiting_for: dict[str, Any] | None = None
+    #: How an approval or a ``wait_for`` step was decided: ``approved`` (approvals),
+    #: ``comment``, ``by`` (``console``, ``cli``, ``api``, ``signal``, ``timeout``), ``at``.
+    decision: dict[str, Any] | None = None
 
 
 class RunResult(BaseModel):
@@ -189,3 +199,31 @@ class LogBatch:
 
     def __bool__(self) -> bool:
         return bool(self.lines) or self.drop is not None or self.note is not None
+
+
+@dataclass(frozen=True)
+class WaitEnd:
+    """How a waiting step ends: ``succeeded`` with ``text`` as its output, or ``failed``
+    with ``text`` as its error; ``decision`` is stored with it (``None``: none)."""
+
+    status: str
+    text: str
+    decision: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        """As a timer row keeps it."""
+        return json.dumps({"status": self.status, "text": self.text, "decision": self.decision})
+
+    @classmethod
+    def from_json(cls, text: str) -> WaitEnd:
+        """Read back from a timer row."""
+        data = json.loads(text)
+        return cls(data["status"], data["text"], data.get("decision"))
+
+
+@dataclass(frozen=True)
+class WaitTimer:
+    """When a waiting step's timer falls due, and how the step ends then."""
+
+    due: datetime
+    end: WaitEnd

@@ -7,7 +7,8 @@ from brain.dsl.nodes import StepNode, trigger
 from brain.dsl.step import step
 from brain.dsl.tracing import for_each, parallel, when
 from brain.dsl.triggers import cron, every, watch, webhook
+from brain.dsl.waits import approval, sleep, wait_for
 
-__all__ = ["StepNode", "WorkflowGraph", "WorkflowSpec", "cron", "every", "for_each", "llm",
-           "mcp_tool", "parallel", "secret", "shell", "step", "trigger", "watch", "webhook",
-           "when"]
+__all__ = ["StepNode", "WorkflowGraph", "WorkflowSpec", "approval", "cron", "every", "for_each",
+           "llm", "mcp_tool", "parallel", "secret", "shell", "sleep", "step", "trigger",
+           "wait_for", "watch", "webhook", "when"]

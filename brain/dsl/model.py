@@ -147,7 +147,40 @@ class McpStepSpec(StepSpec):
     env: dict[str, str | SecretRef] = Field(default_factory=dict)
 
 
-AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec | McpStepSpec,
+class SleepStepSpec(StepSpec):
+    """A ``sleep()`` step: waits ``seconds``, or until the time ``until`` resolves to
+    (a template), without holding an executor (SPEC §16)."""
+
+    kind: Literal["sleep"] = "sleep"
+    seconds: float | None = None
+    until: str | None = None
+
+
+class ApprovalStepSpec(StepSpec):
+    """An ``approval()`` step: waits for a person's yes or no to ``prompt`` (a template);
+    ``timeout_seconds`` is how long, ``default`` the answer after that (``None``: fail)."""
+
+    kind: Literal["approval"] = "approval"
+    prompt: str
+    default: bool | None = None
+
+
+class WaitForStepSpec(StepSpec):
+    """A ``wait_for()`` step: waits for ``signal`` with the key ``key`` resolves to (a
+    template; ``None`` matches a signal without one); ``default`` is the output after
+    ``timeout_seconds`` (``None``: fail)."""
+
+    kind: Literal["wait_for"] = "wait_for"
+    signal: str
+    key: str | None = None
+    default: str | None = None
+
+
+#: The kinds of step that wait (SPEC §16).
+WAIT_KINDS = frozenset({"sleep", "approval", "wait_for"})
+
+AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec | McpStepSpec
+                        | SleepStepSpec | ApprovalStepSpec | WaitForStepSpec,
                         Field(discriminator="kind")]
 
 

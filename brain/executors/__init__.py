@@ -11,9 +11,10 @@ def default_executors() -> dict[str, Executor]:
     """A fresh mapping of step kind to executor (one set per run)."""
     from brain.executors.llm import LlmExecutor
     from brain.executors.mcp import McpExecutor
+    from brain.executors.waits import wait_executors
 
     return {"shell": ShellExecutor(), "step": FunctionExecutor(), "llm": LlmExecutor(),
-            "mcp_tool": McpExecutor()}
+            "mcp_tool": McpExecutor(), **wait_executors()}
 
 
 __all__ = ["Executor", "PreparedStep", "StepContext", "StepOutput", "default_executors"]

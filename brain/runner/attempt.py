@@ -22,7 +22,7 @@ from brain._errors import LeaseLost, PlaceholderError, StepFailed
 from brain._secrets import scrub
 from brain.dsl.model import StepSpec
 from brain.executors.base import PreparedStep, StepContext, StepOutput
-from brain.results import StepStatus, clean_text
+from brain.results import StepStatus, WaitTimer, clean_text
 from brain.runner.plan import Fail, Plan, Scope, Skip
 from brain.runner.record import Outcome, Recorder
 from brain.runner.texts import describe, internal_error, scrub_deep, stored_text
@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from brain.executors import Executor
+    from brain.executors.waits import WaitRequest
     from brain.runner.lease import Lease
     from brain.runner.logwriter import LogWriter
     from brain.runner.values import Values
+    from brain.runner.waiting import WaitRoom
     from brain.store.base import RunStore
 
 log = logging.getLogger("brain.runner")
@@ -48,7 +50,8 @@ class StepRunner:
 
     def __init__(self, plan: Plan, values: Values, recorder: Recorder, lease: Lease,
                  executors: Mapping[str, Executor], ctx: StepContext,
-                 prior_tries: Mapping[str, int]) -> None:
+                 prior_tries: Mapping[str, int], room: WaitRoom,
+                 waiting: frozenset[str] = frozenset()) -> None:
         self.plan = plan
         self.values = values
         self.recorder = recorder
@@ -56,6 +59,9 @@ class StepRunner:
         self.executors = executors
         self.ctx = ctx
         self.prior_tries = prior_tries
+        self.room = room
+        #: Steps the store has ``waiting`` already (the run was let go of and taken again).
+        self.waiting = waiting
 
     async def run(self, spec: StepSpec, scope: Scope | None = None) -> Outcome:
         """Run one step (or one instance of a block's step) to its final status."""
@@ -99,6 +105,8 @@ class StepRunner:
             return await self.skip([spec.name], decided.reason)
         if isinstance(decided, Fail):
             return await self.fail_before_start(spec.name, decided.reason)
+        if spec.name in self.waiting:  # waiting since an earlier execution: await its end
+            return await self._awaited(spec.name)
         executor = self.executors.get(spec.kind)
         tries = self.prior_tries.get(spec.name, 0)
         started = utcnow()
@@ -113,6 +121,9 @@ class StepRunner:
             msg = stored_text(exc.message if isinstance(exc, StepFailed) else describe(exc))
             return await self.fail_before_start(spec.name, msg or "failed", tries + 1)
         inputs = scrub_deep(prepared.inputs, prepared.secrets)
+        if getattr(executor, "durable", False):
+            return await self._wait(spec.name, prepared.payload["wait"], inputs, tries + 1,
+                                    started)
         mark = _RunningMark(self.recorder.store, self.recorder.run_id, spec.name, inputs,
                             tries + 1, started, self.recorder.owner)
         marked.append(mark)
@@ -125,6 +136,37 @@ class StepRunner:
         finally:
             if not writer.closed:  # stored already, unless the step broke off
                 await asyncio.shield(writer.close())
+
+    async def _wait(self, name: str, request: WaitRequest, inputs: dict[str, Any], tries: int,
+                    started: datetime) -> Outcome:
+        """A step that waits (SPEC §16): recorded ``waiting`` with its timer, then awaited;
+        a sleep whose time is already past ends at once."""
+        if request.kind == "sleep" and request.due is not None and request.due <= utcnow():
+            assert request.on_due is not None
+            await self.recorder.finished(name, StepStatus.SUCCEEDED, tries=tries, inputs=inputs,
+                                         output=request.on_due.text, started_at=started)
+            self.plan.succeeded(name, request.on_due.text)
+            return Outcome(name, True)
+        timer = None
+        if request.due is not None and request.on_due is not None:
+            timer = WaitTimer(request.due, request.on_due)
+        await self.recorder.store.step_waiting(
+            self.recorder.run_id, name, inputs=inputs, tries=tries, started_at=started,
+            waiting_for=request.shown or {"kind": request.kind}, signal=request.signal,
+            key=request.key, timer=timer, owner=self.recorder.owner)
+        self.recorder.emit(name, StepStatus.WAITING.value, tries)
+        return await self._awaited(name)
+
+    async def _awaited(self, name: str) -> Outcome:
+        """Await the end of a waiting step (the store records it: a timer, a decision or a
+        signal ended it)."""
+        status, output, error = await self.room.wait(name)
+        if status == StepStatus.SUCCEEDED.value:
+            self.plan.succeeded(name, output or "")
+            self.recorder.emit(name, status)
+            return Outcome(name, True)
+        self.recorder.emit(name, status, error=error)
+        return Outcome(name, False, error or status)
 
     async def _tries(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
                      state: _Try) -> Outcome:

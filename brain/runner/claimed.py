@@ -10,7 +10,7 @@ now instead).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 
 from brain._clock import utcnow
 from brain._errors import WORKFLOW_CHANGED, LeaseLost, StoreError
@@ -20,6 +20,7 @@ from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, LogHandler
 from brain.runner.queueing import failure_runs
+from brain.runner.waiting import WaitsFound
 from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import RunRecord, RunStore
 
@@ -56,7 +57,8 @@ async def execute_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *, own
 
 
 async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str, *,
-                          first_start: bool, on_event: EventHandler | None = None,
+                          first_start: bool, woken: bool = False,
+                          on_event: EventHandler | None = None,
                           on_log: LogHandler | None = None,
                           executors: Mapping[str, Executor] | None = None,
                           abandon_on_cancel: Callable[[], bool] | None = None,
@@ -67,12 +69,13 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     chosen now (and stored, so a resume sees the same values). ``on_log`` is told of
     steps' new log lines. ``loaded``: the
     workflows as the serving process has them now (failure handlers are queued as
-    it has them).
+    it has them). ``woken``: the run was let go of with every step left waiting, and taken
+    again from the queue once a wait ended (no process of it can be left running).
     """
     lease = lease_seconds()
     row = await store.run_row(run_id)
     assert row is not None
-    if not first_start:
+    if not first_start and not woken:
         # Whatever an earlier try of this run left running on this machine (its executor
         # died, or froze past its lease and may wake any moment) ends before anything
         # else happens to the run: no step of it may run beside its next try.
@@ -80,7 +83,10 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     try:
         if await _ended_before_start(wf, store, row, owner, first_start, loaded):
             return await store.get_run(run_id)
-        previous, states = await _reset_for_start(wf, store, row, owner, first_start)
+        # Read before the steps: a wait that ends after this is noticed (SPEC §16).
+        waits = WaitsFound() if first_start else await WaitsFound.read(store, run_id)
+        previous, states = await _reset_for_start(wf, store, row, owner, first_start,
+                                                  keep=waits.waiting | set(waits.failed))
     except LeaseLost:
         return await store.get_run(run_id)
     # The work above may have waited out a busy database: renew the lease now, so the
@@ -93,7 +99,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                              outputs=await store.step_outputs(run_id),
                              tries={n: t for n, (_, t) in states.items()},
                              executors=executors, on_event=on_event, on_log=on_log,
-                             abandon_on_cancel=abandon_on_cancel, loaded=loaded)
+                             abandon_on_cancel=abandon_on_cancel, loaded=loaded,
+                             waits=waits)
     await execution.execute()
     return await store.get_run(run_id)
 
@@ -132,14 +139,17 @@ async def _ended_before_start(wf: RunnableWorkflow, store: RunStore, row: RunRec
 
 
 async def _reset_for_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
-                           first_start: bool) -> tuple[str | None, dict[str, tuple[str, int]]]:
-    """Put the steps that did not succeed back to pending and choose the run
-    ``{previous.X}`` reads if it is chosen now: that run, and each step's status and
-    tries as they were before the reset."""
+                           first_start: bool, keep: Set[str] = frozenset()
+                           ) -> tuple[str | None, dict[str, tuple[str, int]]]:
+    """Put the steps that did not succeed back to pending (but those in ``keep``: steps
+    that wait, or whose wait ended failed) and choose the run ``{previous.X}`` reads if it
+    is chosen now: that run, and each step's status and tries as they were before the
+    reset."""
     run_id = row.id
     previous = row.previous_run_id
     states = await store.step_states(run_id)
-    unfinished = [n for n, (status, _) in states.items() if status != StepStatus.SUCCEEDED.value]
+    unfinished = [n for n, (status, _) in states.items()
+                  if status != StepStatus.SUCCEEDED.value and n not in keep]
     # No step has started yet (an executor died between taking the run and recording which
     # run {previous.X} reads): choose now, as a first start does.
     never_started = all(status == StepStatus.PENDING.value and tries == 0

@@ -30,6 +30,7 @@ from brain.runner.queueing import failure_runs
 from brain.runner.record import Outcome, Recorder
 from brain.runner.texts import internal_error
 from brain.runner.values import Values
+from brain.runner.waiting import LOOK_SECONDS, WaitRoom, WaitsFound
 from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
 from brain.store.base import RunStore
 
@@ -52,7 +53,8 @@ class RunExecution:
                  on_event: EventHandler | None = None, on_log: LogHandler | None = None,
                  previous_outputs: dict[str, str] | None = None,
                  abandon_on_cancel: Callable[[], bool] | None = None,
-                 loaded: Mapping[str, RunnableWorkflow] | None = None) -> None:
+                 loaded: Mapping[str, RunnableWorkflow] | None = None,
+                 waits: WaitsFound | None = None) -> None:
         self.wf = wf
         self.store = store
         self.run_id = run_id
@@ -70,9 +72,14 @@ class RunExecution:
         ctx = StepContext(workflow_dir=wf.source_dir, protected_env=remember_known_secrets(wf),
                           run_id=run_id)
         make_undumpable()
+        self.waits = waits or WaitsFound()
+        self.room = WaitRoom(store, run_id, self.waits.wakes)
         self.steps = StepRunner(self.plan, self.values, self.recorder, self.lease,
-                                self.executors, ctx, dict(tries or {}))
+                                self.executors, ctx, dict(tries or {}), self.room,
+                                self.waits.waiting)
         self.cancel_reason = "cancelled"
+        #: The run was let go of: every step left waits (SPEC §16).
+        self.parked = False
 
     @property
     def stalled(self) -> bool:
@@ -101,6 +108,7 @@ class RunExecution:
         monitor = asyncio.create_task(self.lease.monitor())
         monitor.add_done_callback(self.lease.monitor_ended)
         stop_wait = asyncio.create_task(self.lease.stop.wait())
+        watch = asyncio.create_task(self.room.watch())
         try:
             await self._loop(running, failures, stop_wait)
         except BaseException:
@@ -115,34 +123,81 @@ class RunExecution:
             monitor.remove_done_callback(self.lease.monitor_ended)  # stopped by us: as it should
             monitor.cancel()
             stop_wait.cancel()
+            watch.cancel()
+        if self.parked:  # what is left awaits its waits: nothing to stop or write
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            return RunStatus.WAITING
         return await self._stop(running, failures)
 
     async def _loop(self, running: _Running, failures: list[Outcome],
                     stop_wait: asyncio.Task[bool]) -> None:
         """Start what the plan says is ready until everything ended, a step failed, a
-        cancel came or the lease was lost."""
-        while True:
-            for unit in self.plan.take_ready():
-                work = (run_block(self.steps, unit.group) if unit.group is not None
-                        else self.steps.run(self.plan.specs[unit.name]))
-                running[asyncio.create_task(work)] = unit
-            if not running:
-                return
-            done, _ = await asyncio.wait([*running, stop_wait],
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if stop_wait in done:
-                return
-            for task in done:
-                unit = running.pop(task)  # type: ignore[arg-type]
-                outcome = self._outcome_of(task, unit.name)  # type: ignore[arg-type]
-                if outcome is None:  # the lease is gone: stop, write nothing more
+        cancel came, the lease was lost or only waits are left (the run is let go of)."""
+        for name, error in self.waits.failed.items():  # a wait that ended failed (a timeout)
+            failures.append(Outcome(name, False, error))
+        if failures:
+            return
+        idle = asyncio.ensure_future(self.room.idle.wait())
+        try:
+            while True:
+                for unit in self.plan.take_ready():
+                    running[asyncio.create_task(self._unit(unit))] = unit
+                if not running:
                     return
-                if not outcome.ok:
-                    failures.append(outcome)
-                    continue
-                self.plan.finish(unit.name)
-            if failures or self.lease.lost:
-                return
+                done, _ = await asyncio.wait([*running, stop_wait, idle],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if stop_wait in done:
+                    return
+                if idle in done:
+                    done.discard(idle)
+                    idle = asyncio.ensure_future(self.room.idle.wait())
+                    if not done and self.room.is_idle and await self._let_go():
+                        return
+                if self._ended(done, running, failures):  # type: ignore[arg-type]
+                    return
+        finally:
+            idle.cancel()
+
+    async def _unit(self, unit: Unit) -> Outcome:
+        """One unit's work, counted as work while it runs (see :class:`WaitRoom`)."""
+        with self.room.working():
+            if unit.group is not None:
+                return await run_block(self.steps, unit.group)
+            return await self.steps.run(self.plan.specs[unit.name])
+
+    async def _let_go(self) -> bool:
+        """Only waits are left: let go of the run (``waiting``, no lease) unless a wait
+        ended meanwhile (then hand it on), a cancel came or the lease is lost."""
+        if await self.store.park_run(self.run_id, self.lease.owner, self.room.seen):
+            self.parked = True
+            return True
+        if await self.room.look():
+            return False
+        ours, cancel = await self.store.heartbeat(self.run_id, self.lease.owner, None)
+        if not ours:
+            self.lease.lose()
+        elif cancel:
+            self.lease.stop.set()
+        else:  # nothing to tell why: look again shortly
+            await asyncio.sleep(LOOK_SECONDS)
+        return False
+
+    def _ended(self, done: set[asyncio.Task[Outcome]], running: _Running,
+               failures: list[Outcome]) -> bool:
+        """Take in the units that ended; ``True`` when the work must stop (a failure, or
+        the lease is gone)."""
+        for task in done:
+            unit = running.pop(task)
+            outcome = self._outcome_of(task, unit.name)
+            if outcome is None:  # the lease is gone: stop, write nothing more
+                return True
+            if not outcome.ok:
+                failures.append(outcome)
+                continue
+            self.plan.finish(unit.name)
+        return bool(failures) or self.lease.lost
 
     def _outcome_of(self, task: asyncio.Task[Outcome], name: str) -> Outcome | None:
         """A finished unit's outcome; ``None`` when it found the lease lost."""

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from brain._clock import utcnow
 from brain._owners import new_owner
 from brain.executors import Executor
-from brain.results import FINISHED_RUN, RunResult, RunStatus, TriggerData
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
 from brain.runner.claimed import execute_claimed, lease_seconds
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, LogHandler
@@ -61,11 +62,14 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                            store: RunStore | str | None = None, on_event: EventHandler | None = None,
                            on_log: LogHandler | None = None,
                            executors: Mapping[str, Executor] | None = None,
-                           previous_outputs: dict[str, str] | None = None) -> RunResult:
+                           previous_outputs: dict[str, str] | None = None,
+                           on_wait: WaitHandler | None = None) -> RunResult:
     """Record a new run of ``wf``, execute it in this process, and return its result.
 
     ``on_event`` is told of every step's change of status, ``on_log`` of new lines of
-    steps' logs (as they are stored).
+    steps' logs (as they are stored). A run whose steps wait (SPEC §16) is waited for
+    here, in the foreground (see :func:`until_ended`); ``on_wait`` is told what it waits
+    for (by default, a log line).
     """
     trig = TriggerData.from_input(trigger)
     remember_known_secrets(wf)  # before the trigger is stored
@@ -87,6 +91,9 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                                  on_log=on_log,
                                  previous_outputs=previous_outputs)
         await execution.execute()
+        if execution.parked:
+            return await until_ended(wf, st, run_id, on_event=on_event, on_log=on_log,
+                                     executors=executors, on_wait=on_wait)
         if execution.stalled:
             # The database stalled for longer than a lease, so the work stopped. Unless
             # another executor took the run meanwhile, finish it here: it was accepted.
@@ -95,6 +102,73 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
             if resumed is not None:
                 return resumed
         return await st.get_run(run_id)
+
+
+#: Told of a waiting run's waiting steps, each time the set of them changes.
+WaitHandler = Callable[[RunResult, list[StepResult]], None]
+#: How often a run waited for in the foreground looks at its state.
+FOREGROUND_LOOK_SECONDS = 0.25
+
+log = logging.getLogger("brain.runs")
+
+
+def log_waiting(run: RunResult, steps: list[StepResult]) -> None:
+    """The default :data:`WaitHandler`: a log line per waiting step."""
+    for step in steps:
+        log.warning("run %s of %s %s", run.run_id, run.workflow, waiting_text(run.run_id, step))
+
+
+def waiting_text(run_id: str, step: StepResult) -> str:
+    """What a waiting step waits for, and how to end the wait, in one line."""
+    what = step.waiting_for or {}
+    kind = what.get("kind")
+    timeout = f" (times out at {what['timeout_at']})" if what.get("timeout_at") else ""
+    if kind == "sleep":
+        return f"sleeps in step {step.name!r} until {what.get('until')}"
+    if kind == "approval":
+        prompt = " ".join(str(what.get("prompt", "")).split())
+        shown = prompt if len(prompt) <= 80 else prompt[:77] + "..."
+        return (f"waits for a decision in step {step.name!r}: {shown!r}{timeout}; decide with "
+                f"`brain approve {run_id} {step.name}` (or --reject)")
+    key = what.get("key")
+    send = f"brain signal {what.get('signal')}" + ("" if key is None else f" --key {key}")
+    return f"waits in step {step.name!r} for signal {what.get('signal')!r}{timeout}; send it " \
+           f"with `{send} --body TEXT`"
+
+
+async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
+                      on_event: EventHandler | None = None, on_log: LogHandler | None = None,
+                      executors: Mapping[str, Executor] | None = None,
+                      on_wait: WaitHandler | None = None) -> RunResult:
+    """Wait in the foreground for a run that waits, until it ends: its due timers are
+    fired here, and once a wait has ended the run is taken again and executed here —
+    unless a serving process takes it first (then this only watches)."""
+    told: frozenset[str] = frozenset()
+    tell = on_wait or log_waiting
+    while True:
+        row = await store.run_row(run_id)
+        if row is None or row.status in {s.value for s in FINISHED_RUN}:
+            return await store.get_run(run_id)
+        if row.status == RunStatus.QUEUED.value:
+            owner = new_owner()
+            if await store.claim_run(run_id, owner, lease_seconds()):
+                await execute_claimed(wf, store, run_id, owner, first_start=False, woken=True,
+                                      on_event=on_event, on_log=on_log, executors=executors)
+            continue
+        if row.status == RunStatus.WAITING.value:
+            run = await store.get_run(run_id)
+            waiting = [s for s in run.steps.values() if s.status == StepStatus.WAITING]
+            names = frozenset(s.name for s in waiting)
+            if waiting and names != told:
+                told = names
+                tell(run, waiting)
+            if await store.fire_due_timers(run_id=run_id):
+                continue
+        delay = FOREGROUND_LOOK_SECONDS
+        due = await store.next_timer(run_id)
+        if due is not None:
+            delay = min(delay, max((due - utcnow()).total_seconds(), 0.0))
+        await asyncio.sleep(delay)
 
 
 async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str,

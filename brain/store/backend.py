@@ -34,7 +34,7 @@ Statement = tuple[str, Params | Sequence[Params] | None]
 
 #: Columns (and expression names) that hold timestamps: stored in UTC, read back aware.
 TIME_COLUMNS = frozenset({"created_at", "started_at", "ended_at", "lease_expires_at",
-                          "fire_time", "claimed_at", "heartbeat_at"})
+                          "fire_time", "claimed_at", "heartbeat_at", "due_at"})
 
 
 @dataclass(frozen=True)

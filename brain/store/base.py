@@ -13,7 +13,15 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from brain._secrets import scrub
-from brain.results import LogBatch, LogLine, RunResult, RunStatus, StepStatus, TriggerData
+from brain.results import (
+    LogBatch,
+    LogLine,
+    RunResult,
+    RunStatus,
+    StepStatus,
+    TriggerData,
+    WaitTimer,
+)
 
 
 @dataclass(frozen=True)
@@ -231,4 +239,52 @@ class RunStore(Protocol):
 
     async def expired_runs(self) -> list[str]:
         """Ids of running runs whose lease expired."""
+        ...
+
+    # --- waits (SPEC §16; see brain.store.waits) ---
+
+    async def step_waiting(self, run_id: str, name: str, *, inputs: dict[str, Any], tries: int,
+                           started_at: datetime, waiting_for: dict[str, Any],
+                           signal: str | None = None, key: str | None = None,
+                           timer: WaitTimer | None = None, owner: str | None = None) -> None:
+        """Record a step ``waiting`` (what for, and its timer) in one commit."""
+        ...
+
+    async def park_run(self, run_id: str, owner: str, wakes: int) -> bool:
+        """Let go of a run whose steps all wait, unless a wait ended since ``wakes``."""
+        ...
+
+    async def run_wakes(self, run_id: str) -> int:
+        """How many waits of the run have ended (``-1``: no such run)."""
+        ...
+
+    async def waited_steps(self, run_id: str) -> dict[str, tuple[str, str | None, str | None]]:
+        """``{step: (status, output, error)}`` of the run's steps that waited (or wait)."""
+        ...
+
+    async def fire_due_timers(self, now: datetime | None = None, *, run_id: str | None = None,
+                              limit: int = 500) -> list[tuple[str, str]]:
+        """Take the due timers and end their steps; ``(run id, step)`` of those ended."""
+        ...
+
+    async def next_timer(self, run_id: str | None = None) -> datetime | None:
+        """When the next timer falls due, if any."""
+        ...
+
+    async def decide(self, run_id: str, step: str, *, approved: bool, comment: str | None = None,
+                     by: str = "api") -> dict[str, Any]:
+        """Approve or reject a waiting approval step; the decision stored."""
+        ...
+
+    async def send_signal(self, signal: str, key: str | None = None, body: str = "", *,
+                          by: str = "api") -> list[tuple[str, str]]:
+        """End every step waiting for ``signal`` with ``key``; ``(run id, step)`` of each."""
+        ...
+
+    async def count_waiting(self) -> list[tuple[str, str, int]]:
+        """``(workflow, step kind, runs)`` of the waiting runs."""
+        ...
+
+    async def decisions_waiting(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The approval steps waiting for a decision, oldest first."""
         ...

@@ -13,7 +13,7 @@ from brain.store import queries
 from brain.store.backend import UsesBackend
 
 #: Which statement of ``queries.PRUNE`` deletes the runs (its count is the answer).
-_RUNS_DELETED = 2
+_RUNS_DELETED = 3
 
 
 class Housekeeping(UsesBackend):

@@ -25,11 +25,12 @@ from brain.results import (
 from brain.store.base import QueuedRun, RunRecord, StepProcess
 from brain.store.memory_queue import MemoryQueue
 from brain.store.memory_state import MemoryStep, as_json, as_stored, run_result
+from brain.store.memory_waits import MemoryWaits
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryQueue):
+class MemoryStore(MemoryWaits, MemoryQueue):
     """A private store that lives as long as the object (see :class:`RunStore`); every
     method of :class:`brain.store.Store` behaves the same here.
 
@@ -206,7 +207,7 @@ class MemoryStore(MemoryQueue):
         run, now = self._leased(run_id, owner), utcnow()
         error = clean_text(error)
         for step in run.steps.values():
-            if step.status == StepStatus.RUNNING.value:
+            if step.status in (StepStatus.RUNNING.value, StepStatus.WAITING.value):
                 step.status, step.ended_at, step.error = StepStatus.CANCELLED.value, now, error
             elif step.status == StepStatus.PENDING.value:
                 step.status, step.ended_at = pending.value, now
@@ -257,11 +258,14 @@ class MemoryStore(MemoryQueue):
         abandoned = r.status == RunStatus.RUNNING.value and (
             r.lease_expires_at is None or r.lease_expires_at < now
             or local_owner_gone(r.lease_owner))
-        if r.status == RunStatus.QUEUED.value or abandoned:
+        if r.status in (RunStatus.QUEUED.value, RunStatus.WAITING.value) or abandoned:
             self._set(run, status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now,
                       lease_owner=None, lease_expires_at=None)
+            for key in [k for k in self._timers if k[0] == run.record.id]:
+                del self._timers[key]
             for step in run.steps.values():
-                if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value):
+                if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value,
+                                   StepStatus.WAITING.value):
                     step.status, step.ended_at = StepStatus.CANCELLED.value, now
                     step.error = "cancelled"
         return run_result(run, with_steps=False), True
@@ -274,6 +278,8 @@ class MemoryStore(MemoryQueue):
                and run.record.ended_at < finished_before]
         for rid in old:
             del self._runs[rid]
+        for key in [k for k in self._timers if k[0] in old]:
+            del self._timers[key]
         self._prune_fires_and_workers(finished_before)
         return len(old)
 

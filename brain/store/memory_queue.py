@@ -92,15 +92,22 @@ class MemoryQueue(MemoryState):
     async def claim_next(self, workflows: Sequence[str], owner: str,
                          lease_seconds: float) -> str | None:
         """Take the oldest queued run of one of ``workflows``; its id, or ``None``."""
+        taken = await self.take_next(workflows, owner, lease_seconds)
+        return None if taken is None else taken[0]
+
+    async def take_next(self, workflows: Sequence[str], owner: str,
+                        lease_seconds: float) -> tuple[str, bool] | None:
+        """:meth:`claim_next`, and whether the run is one that waited and was woken."""
         queued = [r for r in self._runs.values()
                   if r.record.status == RunStatus.QUEUED.value and r.record.workflow in workflows]
         if not queued:
             return None
         run = min(queued, key=lambda r: r.record.created_at)
         now = utcnow()
-        self._set(run, status=RunStatus.RUNNING.value, lease_owner=owner, started_at=now,
+        self._set(run, status=RunStatus.RUNNING.value, lease_owner=owner,
+                  started_at=run.record.started_at or now,
                   lease_expires_at=now + timedelta(seconds=lease_seconds))
-        return run.record.id
+        return run.record.id, bool(run.wakes)
 
     async def fail_queued(self, workflow: str, error: str,
                           handlers: Callable[[str, str], Sequence[QueuedRun]] | None = None

@@ -50,6 +50,10 @@ class MemoryStep:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     process: StepProcess | None = None
+    waiting_for: dict[str, Any] | None = None
+    decision: dict[str, Any] | None = None
+    signal: str | None = None
+    key: str | None = None
 
 
 @dataclass
@@ -62,6 +66,8 @@ class MemoryRun:
     logs: dict[str, dict[int, tuple[LogLine, datetime]]] = field(default_factory=dict)
     trigger_key: str | None = None
     delivery_id: str | None = None
+    #: How many of its waits ended (see ``brain.store.waits``).
+    wakes: int = 0
 
 
 class MemoryState:
@@ -72,6 +78,8 @@ class MemoryState:
         #: (workflow, trigger key, fire time) → the run queued for it, if any.
         self._fires: dict[tuple[str, str, datetime], str | None] = {}
         self._workers: dict[str, dict[str, Any]] = {}
+        #: (run id, step) → (due time, JSON of its ``WaitEnd``): the timers of waiting steps.
+        self._timers: dict[tuple[str, str], tuple[datetime, str]] = {}
         self._open = opened
 
     def _run(self, run_id: str) -> MemoryRun:
@@ -137,7 +145,7 @@ def run_result(run: MemoryRun, *, with_steps: bool) -> RunResult:
         s.name: StepResult(name=s.name, kind=s.kind, status=StepStatus(s.status),
                            inputs=as_json(s.inputs) if s.inputs else {}, output=s.output,
                            error=s.error, tries=s.tries, stderr=s.stderr, started_at=s.started_at,
-                           ended_at=s.ended_at)
+                           ended_at=s.ended_at, waiting_for=s.waiting_for, decision=s.decision)
         for s in sorted(run.steps.values(), key=lambda s: step_order(s.name, s.position))}
     return RunResult(run_id=r.id, workflow=r.workflow, status=RunStatus(r.status), error=r.error,
                      trigger=r.trigger, created_at=r.created_at, started_at=r.started_at,

@@ -18,7 +18,7 @@ RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "
                "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
                "trigger_key", "delivery_id", "retry_of")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
-                "error", "stderr", "started_at", "ended_at")
+                "error", "stderr", "started_at", "ended_at", "waiting_for", "decision")
 FINISHED = "('succeeded', 'failed', 'cancelled')"
 
 
@@ -63,22 +63,25 @@ OWNED = " AND lease_owner = :owner"
 REQUEST_CANCEL = "UPDATE brain_runs SET cancel_requested = :yes WHERE id = :run_id"
 _CANCEL = ("UPDATE brain_runs SET status = 'cancelled', error = 'cancelled', ended_at = :now, "
            "lease_owner = NULL, lease_expires_at = NULL WHERE id = :run_id AND ")
-CANCEL_QUEUED = _CANCEL + "status = 'queued'"
+#: A run nobody executes: queued, or waiting (SPEC §16).
+CANCEL_QUEUED = _CANCEL + "status IN ('queued', 'waiting')"
 #: A running run nobody executes: the owner read before, unchanged (``:owner`` or none).
 CANCEL_ABANDONED = _CANCEL + "status = 'running' AND lease_owner = :owner"
 CANCEL_ABANDONED_UNOWNED = _CANCEL + "status = 'running' AND lease_owner IS NULL"
 LEASE_RAN_OUT = " AND (lease_expires_at IS NULL OR lease_expires_at < {lease_now})"
 CANCEL_STEPS = (
     "UPDATE brain_steps SET status = 'cancelled', ended_at = :now, error = 'cancelled' "
-    "WHERE run_id = :run_id AND status IN ('pending', 'running') "
+    "WHERE run_id = :run_id AND status IN ('pending', 'running', 'waiting') "
     "AND (SELECT status FROM brain_runs WHERE id = :run_id) = 'cancelled'")
+CANCEL_TIMERS = ("DELETE FROM brain_timers WHERE run_id = :run_id "
+                 "AND (SELECT status FROM brain_runs WHERE id = :run_id) = 'cancelled'")
 
 LATEST_SUCCEEDED = (
     "SELECT id FROM brain_runs WHERE workflow = :workflow AND status = 'succeeded' "
     "AND ended_at <= :before ORDER BY ended_at DESC LIMIT 1")
 EXPIRED_RUNS = ("SELECT id FROM brain_runs "
                 "WHERE status = 'running' AND lease_expires_at < {lease_now}")
-RUNNING_RUNS = SELECT_RUN + " WHERE status = 'running'"
+RUNNING_RUNS = SELECT_RUN + " WHERE status IN ('running', 'waiting')"
 QUEUED_OR_ENDED_AFTER = (SELECT_RUN + " WHERE status = 'queued' OR ended_at > :ended_after "
                          "ORDER BY created_at DESC LIMIT :limit")
 
@@ -107,7 +110,7 @@ def step_finished(*, inputs: bool, started_at: bool) -> str:
 STEP_FINISHED_WHOLE = step_finished(inputs=True, started_at=True)
 END_STEPS = "UPDATE brain_steps SET status = :status, ended_at = :now, error = :error"
 END_RUNNING_STEPS = ("UPDATE brain_steps SET status = 'cancelled', ended_at = :now, "
-                     "error = :error WHERE run_id = :run_id AND status = 'running'")
+                     "error = :error WHERE run_id = :run_id AND status IN ('running', 'waiting')")
 END_PENDING_STEPS = ("UPDATE brain_steps SET status = :pending, ended_at = :now, "
                      "error = :pending_error WHERE run_id = :run_id AND status = 'pending'")
 RESET_STEPS = ("UPDATE brain_steps SET status = 'pending', ended_at = NULL, output = NULL, "
@@ -126,6 +129,56 @@ STEP_PROCESSES = (
 STEP_KINDS_OF = "SELECT run_id, name, kind, status, tries FROM brain_steps WHERE run_id IN "
 
 STEP_OUTPUT = "UPDATE brain_steps SET output = :output, stderr = :stderr" + _STEP
+
+# --- waiting steps (SPEC §16) --------------------------------------------------------------
+
+STEP_WAITING = ("UPDATE brain_steps SET status = 'waiting', inputs = :inputs, tries = :tries, "
+                "started_at = :started_at, ended_at = NULL, error = NULL, output = NULL, "
+                "decision = NULL, waiting_for = :waiting_for, wait_signal = :signal, "
+                "wait_key = :key" + _STEP)
+SET_TIMER = (_insert("brain_timers", ("run_id", "step", "due_at", "outcome", "value"))
+             + " ON CONFLICT (run_id, step) DO UPDATE SET due_at = excluded.due_at, "
+             "outcome = excluded.outcome, value = excluded.value")
+#: A leased executor lets go of a run whose steps all wait, unless a wait ended (``wakes``
+#: moved) or a cancel came since it last looked.
+PARK_RUN = ("UPDATE brain_runs SET status = 'waiting', lease_owner = NULL, "
+            "lease_expires_at = NULL WHERE id = :run_id AND lease_owner = :owner "
+            "AND status = 'running' AND wakes = :wakes AND cancel_requested = :no")
+RUN_WAKES = "SELECT wakes FROM brain_runs WHERE id = :run_id"
+WAITED_STEPS = ("SELECT name, status, output, error FROM brain_steps "
+                "WHERE run_id = :run_id AND waiting_for IS NOT NULL")
+#: The one way a waiting step ends (a timer, a decision, a signal): only while it waits, so
+#: of two that race, one changes a row and the other none.
+END_WAIT = ("UPDATE brain_steps SET status = :status, output = :output, error = :error, "
+            "decision = :decision, ended_at = :now" + _STEP + " AND status = 'waiting'")
+#: ...and its run: woken (a waiting run is queued again, for any executor to take).
+WAKE_RUN = ("UPDATE brain_runs SET wakes = wakes + 1, status = CASE WHEN status = 'waiting' "
+            "THEN 'queued' ELSE status END WHERE id = :run_id")
+DROP_TIMER = "DELETE FROM brain_timers WHERE run_id = :run_id AND step = :name"
+#: Due timers, deleted as they are taken: a row is returned to one transaction only, and on
+#: PostgreSQL concurrent takers skip each other's rows.
+def take_due_timers(*, of_run: bool) -> str:
+    """Delete and return the due timers (of ``:run_id`` alone, when ``of_run``)."""
+    only = " AND run_id = :run_id" if of_run else ""
+    return ("DELETE FROM brain_timers WHERE (run_id, step) IN (SELECT run_id, step FROM "
+            f"brain_timers WHERE due_at <= :now{only} ORDER BY due_at LIMIT :limit"
+            "{skip_locked}) RETURNING run_id, step, outcome, value")
+
+
+NEXT_TIMER = "SELECT min(due_at) AS due_at FROM brain_timers"
+NEXT_TIMER_OF_RUN = NEXT_TIMER + " WHERE run_id = :run_id"
+WAITING_STEP = ("SELECT s.kind, s.status, s.decision, r.workflow FROM brain_steps AS s "
+                "JOIN brain_runs AS r ON r.id = s.run_id WHERE s.run_id = :run_id "
+                "AND s.name = :name")
+SIGNALLED_STEPS = ("SELECT run_id, name FROM brain_steps WHERE wait_signal = :signal "
+                   "AND status = 'waiting' AND kind = 'wait_for'")
+WAITING_KINDS = ("SELECT r.workflow, s.kind, count(DISTINCT r.id) AS n FROM brain_steps AS s "
+                 "JOIN brain_runs AS r ON r.id = s.run_id WHERE s.status = 'waiting' "
+                 "AND r.status = 'waiting' GROUP BY r.workflow, s.kind")
+DECISIONS_WAITING = (
+    "SELECT s.run_id, r.workflow, s.name, s.waiting_for, s.started_at FROM brain_steps AS s "
+    "JOIN brain_runs AS r ON r.id = s.run_id WHERE s.status = 'waiting' "
+    "AND s.kind = 'approval' ORDER BY s.started_at LIMIT :limit")
 
 # --- step logs -----------------------------------------------------------------------------
 
@@ -172,8 +225,8 @@ def claim_next(workflows: str) -> str:
     pick = (f"SELECT id FROM brain_runs WHERE status = 'queued' AND workflow IN {workflows} "
             "ORDER BY created_at LIMIT 1{skip_locked}")
     return ("UPDATE brain_runs SET status = 'running', lease_owner = :owner, "
-            "started_at = :now, lease_expires_at = {lease_until} "
-            f"WHERE id = ({pick}) AND status = 'queued' RETURNING id")
+            "started_at = COALESCE(started_at, :now), lease_expires_at = {lease_until} "
+            f"WHERE id = ({pick}) AND status = 'queued' RETURNING id, wakes")
 
 
 # --- workers and retention -----------------------------------------------------------------
@@ -188,6 +241,8 @@ LIST_WORKERS = ("SELECT id, host, pid, kind, started_at, heartbeat_at, executing
                 "FROM brain_workers ORDER BY heartbeat_at DESC")
 
 PRUNE = (
+    ("DELETE FROM brain_timers WHERE run_id IN (SELECT id FROM brain_runs "
+     f"WHERE status IN {FINISHED} AND ended_at < :before)"),
     ("DELETE FROM brain_step_logs WHERE run_id IN (SELECT id FROM brain_runs "
      f"WHERE status IN {FINISHED} AND ended_at < :before)"),
     ("DELETE FROM brain_steps WHERE run_id IN (SELECT id FROM brain_runs "

@@ -123,12 +123,21 @@ class RunQueue(UsesBackend):
         UPDATE SKIP LOCKED``), so each run goes to exactly one executor; on
         SQLite the writer thread makes it atomic.
         """
+        taken = await self.take_next(workflows, owner, lease_seconds)
+        return None if taken is None else taken[0]
+
+    async def take_next(self, workflows: Sequence[str], owner: str,
+                        lease_seconds: float) -> tuple[str, bool] | None:
+        """:meth:`claim_next`, saying too whether the run is one that waited and was woken
+        (it has started before: its steps that ended keep their records)."""
         if not workflows:
             return None
         listed, params = queries.in_list("workflow", list(workflows))
         written = await self.db.write(queries.claim_next(listed), {
             **params, "owner": owner, "now": utcnow(), **lease_times(lease_seconds)})
-        return str(written.rows[0]["id"]) if written.rows else None
+        if not written.rows:
+            return None
+        return str(written.rows[0]["id"]), bool(written.rows[0]["wakes"])
 
     async def fail_queued(self, workflow: str, error: str,
                           handlers: Callable[[str, str], Sequence[QueuedRun]] | None = None

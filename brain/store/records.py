@@ -101,6 +101,10 @@ def run_record(row: Row) -> RunRecord:
                      retry_of=row["retry_of"])
 
 
+def _json(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
 def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
     """A run row and its step rows as the result callers get (steps in call order)."""
     steps = {
@@ -108,7 +112,8 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                               inputs=json.loads(s["inputs"]) if s["inputs"] else {},
                               output=s["output"], error=s["error"], tries=s["tries"],
                               stderr=s["stderr"], started_at=s["started_at"],
-                              ended_at=s["ended_at"])
+                              ended_at=s["ended_at"], waiting_for=_json(s.get("waiting_for")),
+                              decision=_json(s.get("decision")))
         for s in sorted(step_rows, key=lambda s: step_order(s["name"], s["position"]))}
     return RunResult(run_id=row["id"], workflow=row["workflow"], status=RunStatus(row["status"]),
                      error=row["error"], trigger=trigger_of(row), created_at=row["created_at"],

@@ -203,5 +203,5 @@ def _cancel_statements(row: RunRecord, now: datetime) -> list[Statement]:
         if not local_owner_gone(row.lease_owner):
             abandoned += queries.LEASE_RAN_OUT
         statements.append((abandoned, params))
-    statements.append((queries.CANCEL_STEPS, params))
+    statements += [(queries.CANCEL_STEPS, params), (queries.CANCEL_TIMERS, params)]
     return statements

@@ -7,6 +7,7 @@ no other module writes SQL. ``Store`` is assembled from one part per concern
 - :mod:`brain.store.runs` — a run's life: created, claimed, renewed, ended, cancelled, retried;
 - :mod:`brain.store.steps` — a run's steps as the runner records them;
 - :mod:`brain.store.logs` — steps' logs;
+- :mod:`brain.store.waits` — waiting steps, their timers, decisions and signals;
 - :mod:`brain.store.reading` — reading runs back;
 - :mod:`brain.store.queue` — the queue and schedule-fire claims;
 - :mod:`brain.store.housekeeping` — worker rows and pruning.
@@ -34,6 +35,7 @@ from brain.store.reading import RunReading
 from brain.store.runs import RunLifecycle
 from brain.store.steps import StepRecords
 from brain.store.urls import default_url, driver_name, redact_url, sqlite_file, url_passwords
+from brain.store.waits import StepWaits
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["Store", "database_problem", "default_url", "redact_url", "utcnow"]
 
 
-class Store(RunLifecycle, StepRecords, StepLogs, RunReading, RunQueue, Housekeeping):
+class Store(RunLifecycle, StepRecords, StepLogs, StepWaits, RunReading, RunQueue, Housekeeping):
     """Where runs are recorded. ``Store()`` uses ``BRAIN_DATABASE_URL``.
 
     >>> async with Store("sqlite+aiosqlite:///runs.db") as store:   # doctest: +SKIP

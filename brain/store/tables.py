@@ -26,7 +26,7 @@ from sqlalchemy.types import TypeDecorator
 
 from brain.store.schema import SCHEMA_REVISION
 
-__all__ = ["SCHEMA_REVISION", "fires", "metadata", "runs", "step_logs", "steps", "workers"]
+__all__ = ["SCHEMA_REVISION", "fires", "metadata", "runs", "step_logs", "steps", "timers", "workers"]
 
 metadata = MetaData()
 
@@ -90,6 +90,9 @@ runs = Table(
     Column("trigger_key", String(100)),
     Column("delivery_id", String(200)),
     Column("retry_of", String(32)),
+    # How many of the run's waiting steps were decided, signalled or timed out (SPEC §16):
+    # an executor lets go of a run only while this is what it last saw.
+    Column("wakes", Integer, nullable=False, server_default="0"),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
     Index("ix_brain_runs_status", "status"),
     Index("ix_brain_runs_created", "created_at"),
@@ -126,6 +129,27 @@ steps = Table(
     Column("process_group", Integer),
     Column("process_started", BigInteger),
     Column("process_machine", String(200)),
+    # A waiting step (SPEC §16): what it waits for (JSON, as the run JSON shows it), how it
+    # was decided (JSON), and the signal and key it waits for (what a signal is matched by).
+    Column("waiting_for", StoredText),
+    Column("decision", StoredText),
+    Column("wait_signal", String(200)),
+    Column("wait_key", StoredText),
+    Index("ix_brain_steps_wait_signal", "wait_signal"),
+)
+
+# The timers of waiting steps (a sleep's wake time, a timeout), a row per step: whoever
+# deletes a due row continues the step, in the same transaction (so each fires once).
+# ``outcome`` and ``value``: what the step becomes then (``succeeded`` with the output,
+# ``failed`` with the error).
+timers = Table(
+    "brain_timers", metadata,
+    Column("run_id", String(32), primary_key=True),
+    Column("step", String(200), primary_key=True),
+    Column("due_at", UTCDateTime, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("value", StoredText, nullable=False),
+    Index("ix_brain_timers_due", "due_at"),
 )
 
 # A step's log, a row per line: the first 8 KiB and the last 64 KiB a step wrote, with one

@@ -1,0 +1,143 @@
+"""The waits of one execution (SPEC §16): which steps wait, when the run may be let go of,
+and noticing the waits that ended while the run still executes.
+
+A step that waits is recorded ``waiting`` and then awaits its end here. The
+execution lets go of the run (``waiting``, no lease) once nothing but waits is
+left: every unit of work is either done or awaiting a wait. Work is counted in
+:attr:`WaitRoom.busy`: a unit counts while it runs (:meth:`WaitRoom.working`),
+and not while it awaits a wait or its own instances (:meth:`WaitRoom.aside`).
+
+A wait ends in the store (a timer, a decision, a signal), never here: the
+store counts the run's ended waits (``wakes``). While the run executes, the
+room looks at that count twice a second and hands the steps that ended to the
+steps awaiting them. The run is let go of only while the count is what the room
+last read, so no ending is missed between the look and the letting go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from brain.store.base import RunStore
+
+#: How often an executing run looks for waits that ended (its wake count).
+LOOK_SECONDS = 0.5
+
+#: ``(status, output, error)`` of a step that waited, as the store has it.
+WaitState = tuple[str, str | None, str | None]
+
+
+@dataclass(frozen=True)
+class WaitsFound:
+    """What a run that is taken again has of waits: its wake count (read before its
+    steps), the steps still ``waiting``, and those whose wait ended failed (by name, with
+    the error: the run fails with the first)."""
+
+    wakes: int = 0
+    waiting: frozenset[str] = frozenset()
+    failed: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    async def read(cls, store: RunStore, run_id: str) -> WaitsFound:
+        """Read them (the wake count first)."""
+        wakes = await store.run_wakes(run_id)
+        states = await store.waited_steps(run_id)
+        return cls(wakes, frozenset(n for n, (status, _, _) in states.items()
+                                    if status == "waiting"),
+                   {n: error or status for n, (status, _, error) in states.items()
+                    if status == "failed"})
+
+
+class WaitRoom:
+    """See the module. ``seen``: the run's wake count as last read, before its steps."""
+
+    def __init__(self, store: RunStore, run_id: str, seen: int = 0) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.seen = seen
+        self.busy = 0
+        #: The steps awaiting their end now, by name.
+        self.waiting: dict[str, asyncio.Future[WaitState]] = {}
+        #: The steps that waited and have ended, as last read.
+        self.ended: dict[str, WaitState] = {}
+        #: Set while nothing but waits is left.
+        self.idle = asyncio.Event()
+
+    def _check(self) -> None:
+        if self.busy == 0 and any(not f.done() for f in self.waiting.values()):
+            self.idle.set()
+        else:
+            self.idle.clear()
+
+    @property
+    def is_idle(self) -> bool:
+        """Whether nothing but waits is left."""
+        self._check()
+        return self.idle.is_set()
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """Count a unit of work (a step, a block, a block's instance) while it runs."""
+        self.busy += 1
+        self._check()
+        try:
+            yield
+        finally:
+            self.busy -= 1
+            self._check()
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Stop counting the current unit while it awaits something that is counted on its
+        own (a wait, or its instances)."""
+        self.busy -= 1
+        self._check()
+        try:
+            yield
+        finally:
+            self.busy += 1
+            self._check()
+
+    async def wait(self, name: str) -> WaitState:
+        """Await the end of step ``name``, which the store has ``waiting``."""
+        ended = self.ended.get(name)
+        if ended is not None and ended[0] != "waiting":
+            return ended
+        future = self.waiting.get(name)
+        if future is None or future.done():
+            future = self.waiting[name] = asyncio.get_running_loop().create_future()
+        try:
+            with self.aside():
+                return await future
+        finally:
+            self.waiting.pop(name, None)
+            self._check()
+
+    async def look(self) -> bool:
+        """Read the wake count and, when it moved, the waited steps; hand those that ended
+        to the steps awaiting them. ``True`` when it moved."""
+        wakes = await self.store.run_wakes(self.run_id)
+        if wakes == self.seen:
+            return False
+        states = await self.store.waited_steps(self.run_id)
+        self.seen = wakes
+        self.ended = {name: state for name, state in states.items() if state[0] != "waiting"}
+        for name, future in list(self.waiting.items()):
+            state = self.ended.get(name)
+            if state is not None and not future.done():
+                future.set_result(state)
+        self._check()
+        return True
+
+    async def watch(self) -> None:
+        """Look now and then while steps wait (the execution cancels this when it ends)."""
+        while True:
+            await asyncio.sleep(LOOK_SECONDS)
+            if self.waiting:
+                with contextlib.suppress(Exception):  # a busy database: the next look
+                    await self.look()

@@ -1,0 +1,179 @@
+"""Waiting steps in the store (SPEC §16): recorded waiting with their timers, ended once by
+a timer, a decision or a signal, and their runs let go of and woken.
+
+Part of :class:`brain.store.Store`. A waiting step ends only through
+:func:`end_wait`, whose first statement changes the step's row only while it is
+``waiting``: of two endings that race (two servers taking one timer, a decision
+and a timeout, two decisions), exactly one changes it, and only that one wakes the
+run. A due timer is deleted by the transaction that takes it, so each is taken by
+one server (on PostgreSQL, concurrent takers skip each other's rows).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from brain._clock import utcnow
+from brain._errors import RunConflict, StepNotFound
+from brain.results import StepStatus, WaitEnd, WaitTimer, clean_text
+from brain.store import queries
+from brain.store.backend import Connection, UsesBackend, utc
+from brain.store.reading import resolve
+from brain.store.records import check_lease
+
+#: A decision's sources (SPEC §16).
+DECIDERS = ("console", "cli", "api")
+
+
+def _dumps(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def end_wait(conn: Connection, run_id: str, name: str, end: WaitEnd, now: datetime) -> bool:
+    """End a waiting step and wake its run, inside the caller's transaction; ``False`` (and
+    nothing changed) when the step is not waiting any more."""
+    decision = None if end.decision is None else {**end.decision, "at": now.isoformat()}
+    ok = end.status == StepStatus.SUCCEEDED.value
+    changed = conn.write(queries.END_WAIT, {
+        "run_id": run_id, "name": name, "status": end.status, "now": now,
+        "output": clean_text(end.text) if ok else None,
+        "error": None if ok else clean_text(end.text), "decision": _dumps(decision)})
+    if not changed:
+        return False
+    conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
+    conn.write(queries.WAKE_RUN, {"run_id": run_id})
+    return True
+
+
+class StepWaits(UsesBackend):
+    """Reads and writes of waiting steps and their timers."""
+
+    async def step_waiting(self, run_id: str, name: str, *, inputs: dict[str, Any], tries: int,
+                           started_at: datetime, waiting_for: dict[str, Any],
+                           signal: str | None = None, key: str | None = None,
+                           timer: WaitTimer | None = None, owner: str | None = None) -> None:
+        """Record a step ``waiting`` (what for, and its timer) in one commit, while
+        ``owner`` holds the run's lease when given."""
+        params = {"run_id": run_id, "name": name, "inputs": json.dumps(inputs), "tries": tries,
+                  "started_at": started_at, "waiting_for": _dumps(waiting_for),
+                  "signal": signal, "key": key, "owner": owner}
+        sql = queries.STEP_WAITING + (queries.LEASED if owner is not None else "")
+
+        def job(conn: Connection) -> None:
+            check_lease(conn.write(sql, params), owner)
+            if timer is not None:
+                conn.write(queries.SET_TIMER, {"run_id": run_id, "step": name,
+                                               "due_at": timer.due, "outcome": timer.end.status,
+                                               "value": timer.end.to_json()})
+
+        await self.db.atomically(job)
+
+    async def park_run(self, run_id: str, owner: str, wakes: int) -> bool:
+        """Let go of a run whose steps all wait: ``waiting``, no lease. ``False`` (nothing
+        changed) when ``owner`` lost the lease, a wait ended since ``wakes`` was read, or a
+        cancel was asked for."""
+        written = await self.db.write(queries.PARK_RUN, {
+            "run_id": run_id, "owner": owner, "wakes": wakes, "no": False})
+        return bool(written.rowcount)
+
+    async def run_wakes(self, run_id: str) -> int:
+        """How many waits of the run have ended so far (``-1``: no such run)."""
+        found = await self.db.read(queries.RUN_WAKES, {"run_id": run_id})
+        return int(found[0]["wakes"]) if found else -1
+
+    async def waited_steps(self, run_id: str) -> dict[str, tuple[str, str | None, str | None]]:
+        """``{step: (status, output, error)}`` of the run's steps that waited (or wait)."""
+        rows = await self.db.read(queries.WAITED_STEPS, {"run_id": run_id})
+        return {r["name"]: (r["status"], r["output"], r["error"]) for r in rows}
+
+    async def fire_due_timers(self, now: datetime | None = None, *, run_id: str | None = None,
+                              limit: int = 500) -> list[tuple[str, str]]:
+        """Take the timers due by ``now`` (of ``run_id`` alone, when given) and end their
+        steps, in one transaction; the ``(run id, step)`` of those that ended here."""
+        now = now or utcnow()
+        sql = queries.take_due_timers(of_run=run_id is not None)
+        params = {"now": now, "limit": limit, "run_id": run_id}
+
+        def job(conn: Connection) -> list[tuple[str, str]]:
+            ended = []
+            for row in conn.read(sql, params):
+                if end_wait(conn, row["run_id"], row["step"], WaitEnd.from_json(row["value"]),
+                            now):
+                    ended.append((row["run_id"], row["step"]))
+            return ended
+
+        return await self.db.atomically(job)
+
+    async def next_timer(self, run_id: str | None = None) -> datetime | None:
+        """When the next timer falls due (of ``run_id`` alone, when given), if any."""
+        if run_id is None:
+            found = await self.db.read(queries.NEXT_TIMER)
+        else:
+            found = await self.db.read(queries.NEXT_TIMER_OF_RUN, {"run_id": run_id})
+        value = found[0]["due_at"] if found else None
+        return None if value is None else utc(value)
+
+    async def decide(self, run_id: str, step: str, *, approved: bool, comment: str | None = None,
+                     by: str = "api") -> dict[str, Any]:
+        """Approve or reject a waiting ``approval`` step, committed before this returns; the
+        decision stored. :class:`RunConflict` for a step already decided or not waiting."""
+        full = await resolve(self.db, run_id)
+        decision = {"approved": approved, "comment": clean_text(comment) or None, "by": by}
+        end = WaitEnd(StepStatus.SUCCEEDED.value, "true" if approved else "false", decision)
+        now = utcnow()
+
+        def job(conn: Connection) -> dict[str, Any]:
+            found = conn.read(queries.WAITING_STEP, {"run_id": full, "name": step})
+            if not found:
+                raise StepNotFound(f"run {full[:12]} has no step {step!r}")
+            row = found[0]
+            if row["kind"] != "approval":
+                raise RunConflict(f"step {step!r} is a {row['kind']} step, not an approval: "
+                                  f"it takes no decision")
+            if row["status"] != StepStatus.WAITING.value or not end_wait(conn, full, step, end,
+                                                                         now):
+                if row["decision"] or row["status"] == StepStatus.WAITING.value:
+                    raise RunConflict(f"step {step!r} of run {full[:12]}: already decided")
+                raise RunConflict(f"step {step!r} of run {full[:12]} is not waiting for a "
+                                  f"decision (it is {row['status']})")
+            return {**decision, "at": now.isoformat()}
+
+        return await self.db.atomically(job)
+
+    async def send_signal(self, signal: str, key: str | None = None, body: str = "", *,
+                          by: str = "api") -> list[tuple[str, str]]:
+        """End every step waiting for ``signal`` with ``key`` (``None`` matches steps that
+        wait for a signal without one), its output ``body``, in one commit; their
+        ``(run id, step)``."""
+        sql = queries.SIGNALLED_STEPS + (" AND wait_key IS NULL" if key is None
+                                         else " AND wait_key = :key")
+        end = WaitEnd(StepStatus.SUCCEEDED.value, body,
+                      {"signal": signal, "key": key, "by": by})
+        now = utcnow()
+
+        def job(conn: Connection) -> list[tuple[str, str]]:
+            matched = conn.read(sql, {"signal": signal, "key": key})
+            return [(r["run_id"], r["name"]) for r in matched
+                    if end_wait(conn, r["run_id"], r["name"], end, now)]
+
+        return await self.db.atomically(job)
+
+    async def count_waiting(self) -> list[tuple[str, str, int]]:
+        """``(workflow, step kind, runs)``: how many runs wait, by what their steps wait for."""
+        rows = await self.db.read(queries.WAITING_KINDS)
+        return [(r["workflow"], r["kind"], int(r["n"])) for r in rows]
+
+    async def decisions_waiting(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The approval steps waiting for a decision, oldest first: ``run_id``, ``workflow``,
+        ``step``, ``prompt``, ``since``, ``timeout_at``."""
+        rows = await self.db.read(queries.DECISIONS_WAITING, {"limit": limit})
+        found = []
+        for r in rows:
+            waiting_for = json.loads(r["waiting_for"] or "{}")
+            found.append({"run_id": r["run_id"], "workflow": r["workflow"], "step": r["name"],
+                          "prompt": waiting_for.get("prompt", ""), "since": r["started_at"],
+                          "timeout_at": waiting_for.get("timeout_at")})
+        return found
+
