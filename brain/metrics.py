@@ -40,11 +40,25 @@ class Metrics:
             ["workflow"], registry=r, buckets=(0.01, 0.1, 0.5, 1, 5, 30, 60, 300, 3600))
         self.deliveries = Counter("brain_webhook_deliveries", "Webhook deliveries by outcome",
                                   ["workflow", "outcome"], registry=r)
+        self.waiting = Gauge("brain_runs_waiting", "Runs waiting (SPEC §16), by what their "
+                             "steps wait for: sleep, approval or signal (the database's count, "
+                             "read when scraped)", ["workflow", "kind"], registry=r)
 
-    async def exposition(self, queued: Callable[[], Awaitable[int]]) -> bytes:
-        """The text exposition, with the queue depth read now."""
+    async def exposition(self, queued: Callable[[], Awaitable[int]],
+                         waiting: Callable[[], Awaitable[list[tuple[str, str, int]]]] | None = None
+                         ) -> bytes:
+        """The text exposition, with the queue depth and the waiting runs read now."""
         try:
             self.queued.set(await queued())
-        except Exception:  # a busy database: the last known depth stands
+            if waiting is not None:
+                counts = await waiting()
+                self.waiting.clear()
+                for workflow, kind, n in counts:
+                    self.waiting.labels(workflow, WAIT_LABELS.get(kind, kind)).set(n)
+        except Exception:  # a busy database: the last known figures stand
             pass
         return bytes(generate_latest(self.registry))
+
+
+#: The ``kind`` label of ``brain_runs_waiting``, by step kind.
+WAIT_LABELS = {"sleep": "sleep", "approval": "approval", "wait_for": "signal"}

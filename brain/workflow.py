@@ -21,6 +21,7 @@ from brain.results import RunResult, TriggerData
 
 if TYPE_CHECKING:
     from brain.runner.events import EventHandler, LogHandler
+    from brain.runner.now import WaitHandler
     from brain.store.base import RunStore
 
 
@@ -58,18 +59,20 @@ class Workflow:
         return self.spec.description
 
     async def arun(self, trigger: object = None, *, store: RunStore | str | None = None,
-                   on_event: EventHandler | None = None,
-                   on_log: LogHandler | None = None) -> RunResult:
+                   on_event: EventHandler | None = None, on_log: LogHandler | None = None,
+                   on_wait: WaitHandler | None = None) -> RunResult:
         """Run now and wait for the result (async form of calling the workflow).
 
         The run is recorded in ``store`` (a :class:`brain.store.Store` or a
         database URL), else in ``BRAIN_DATABASE_URL``. ``on_event`` is told of every
-        step's change of status, ``on_log`` of new lines of steps' logs.
+        step's change of status, ``on_log`` of new lines of steps' logs. A run whose
+        steps wait (``sleep``, ``approval``, ``wait_for``) is waited for here until it
+        ends; ``on_wait`` is told what it waits for (by default, a log line).
         """
         from brain.runner import run_workflow_now
 
         return await run_workflow_now(self, trigger, store=store, on_event=on_event,
-                                      on_log=on_log)
+                                      on_log=on_log, on_wait=on_wait)
 
     async def enqueue(self, body: object = None, *, headers: dict[str, str] | None = None) -> str:
         """Queue a run for the executors and return its id (committed before this returns).
@@ -85,8 +88,8 @@ class Workflow:
         return await enqueue_here_or_there(self, trigger, trigger_key="api")
 
     def run(self, trigger: object = None, *, store: RunStore | str | None = None,
-            on_event: EventHandler | None = None,
-            on_log: LogHandler | None = None) -> RunResult:
+            on_event: EventHandler | None = None, on_log: LogHandler | None = None,
+            on_wait: WaitHandler | None = None) -> RunResult:
         """Run now and return the :class:`RunResult`; works inside a running event loop too."""
         if current_tracer() is not None:
             raise WorkflowDefinitionError(
@@ -94,7 +97,8 @@ class Workflow:
                 f"sub-workflows are not supported yet")
         from brain._sync import run_sync
 
-        return run_sync(self.arun(trigger, store=store, on_event=on_event, on_log=on_log),
+        return run_sync(self.arun(trigger, store=store, on_event=on_event, on_log=on_log,
+                                  on_wait=on_wait),
                         thread_name=f"brain-run-{self.name}")
 
     __call__ = run

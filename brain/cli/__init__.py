@@ -139,7 +139,7 @@ def _run_commands(sub: Any) -> None:
     p = sub.add_parser("runs", help="list recent runs")
     p.add_argument("--workflow", default=None)
     p.add_argument("--status", default=None,
-                   choices=["queued", "running", "succeeded", "failed", "cancelled"])
+                   choices=["queued", "running", "waiting", "succeeded", "failed", "cancelled"])
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true")
 
@@ -153,6 +153,21 @@ def _run_commands(sub: Any) -> None:
 
     p = sub.add_parser("cancel", help="ask a run to stop")
     p.add_argument("run_id", metavar="RUN_ID")
+
+    p = sub.add_parser("approve", help="approve (or --reject) a step waiting for a decision")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("step", metavar="STEP")
+    p.add_argument("--reject", action="store_true", help="reject instead of approving")
+    p.add_argument("--comment", default=None, metavar="TEXT", help="why, kept with the decision")
+
+    p = sub.add_parser("signal", help="send a signal: the steps waiting for it (with the same "
+                                      "key) continue")
+    p.add_argument("signal", metavar="SIGNAL")
+    p.add_argument("--key", default=None, metavar="K",
+                   help="only steps waiting with this key (none: those waiting without one)")
+    p.add_argument("--body", default="", metavar="TEXT",
+                   help="the output of the steps that continue")
+    p.add_argument("--json", action="store_true", help="print the steps it continued as JSON")
 
     p = sub.add_parser("workers", help="the executor processes sharing the database")
     p.add_argument("--json", action="store_true")

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, TypeVar
 from brain._errors import BrainError
 from brain.cli import parse_age, render, run_trigger, settle
 from brain.cli.checking import cmd_check
+from brain.cli.deciding import cmd_approve, cmd_signal
 from brain.cli.follow import LinePrinter, cmd_logs
 
 if TYPE_CHECKING:
-    from brain.results import RunResult
+    from brain.results import RunResult, StepResult
     from brain.runner.events import EventHandler, StepEvent
     from brain.store import Store
 
@@ -88,17 +89,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     importlib.import_module("brain.runner")  # what the run needs, loaded as part of start-up
     settle()
 
+    waited: list[str] = []  # the run's id, once it waits
+
+    def on_wait(run: RunResult, steps: list[StepResult]) -> None:
+        from brain.runner.now import waiting_text
+
+        waited[:] = [run.run_id]
+        for step in steps:
+            render.note(f"run {run.run_id[:12]} {waiting_text(run.run_id, step)}")
+
     async def go() -> RunResult:
         # SIGTERM stops the run the way Ctrl-C does: steps killed, the run recorded cancelled.
         task = asyncio.current_task()
         assert task is not None
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         try:
-            return await wf.arun(trigger, on_event=on_event, on_log=on_log)
+            return await wf.arun(trigger, on_event=on_event, on_log=on_log, on_wait=on_wait)
         except asyncio.CancelledError:
             raise KeyboardInterrupt from None
 
-    result = asyncio.run(go())
+    try:
+        result = asyncio.run(go())
+    except KeyboardInterrupt:
+        if waited and _still_waiting(waited[0]):
+            render.note(f"run {waited[0]} is still waiting: a serving process (brain serve or "
+                        f"brain worker) on this database continues it once its wait ends "
+                        f"(brain show {waited[0][:12]})")
+            return 130
+        raise
     if args.json:
         render.write_stdout(json.dumps(result.to_json_dict(), ensure_ascii=False) + "\n")
     else:
@@ -106,6 +124,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.status == "failed" and wf.failure_handlers:
         _say_handlers_queued(result.run_id, [h.name for h in wf.failure_handlers])
     return 0 if result.succeeded else 1
+
+
+def _still_waiting(run_id: str) -> bool:
+    """Whether the run is ``waiting`` (left so by a Ctrl-C while ``brain run`` waited)."""
+    return in_store(lambda store: store.get_run(run_id, with_steps=False)).status == "waiting"
 
 
 def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
@@ -328,5 +351,5 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
     "cancel": cmd_cancel, "retry": cmd_retry, "workers": cmd_workers, "prune": cmd_prune,
     "db": cmd_db, "mcp": cmd_mcp, "logs": cmd_logs,
-    "serve": cmd_serving, "worker": cmd_serving,
+    "serve": cmd_serving, "worker": cmd_serving, "approve": cmd_approve, "signal": cmd_signal,
 }

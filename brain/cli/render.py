@@ -83,9 +83,9 @@ def write_stdout(text: str) -> None:
 
 _MARK = {"succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[dim]-[/]",
          "cancelled": "[yellow]■[/]", "running": "[cyan]▶[/]", "retrying": "[yellow]↻[/]",
-         "queued": "[dim]…[/]", "pending": "[dim]·[/]"}
+         "queued": "[dim]…[/]", "pending": "[dim]·[/]", "waiting": "[magenta]⏸[/]"}
 _STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
-          "queued": "dim", "skipped": "dim", "pending": "dim"}
+          "queued": "dim", "skipped": "dim", "pending": "dim", "waiting": "magenta"}
 
 
 def error(message: str) -> None:
@@ -234,6 +234,32 @@ def run_detail(r: RunResult) -> None:
     for s in r.steps.values():
         if s.status in ("failed", "cancelled") and (s.output or s.stderr):
             _what_it_printed(s.name, s.output, s.stderr)
+    waits_and_decisions(r)
+
+
+def waits_and_decisions(r: RunResult) -> None:
+    """What the run's waiting steps wait for (and how to end the wait), and how the steps
+    that waited were decided (SPEC §16)."""
+    from brain.runner.now import waiting_text
+
+    for s in r.steps.values():
+        if s.status == "waiting" and s.waiting_for:
+            out.print(f"[magenta]waiting:[/] {escape(waiting_text(r.run_id, s))}")
+        if s.decision:
+            out.print(f"[bold]{escape(s.name)}[/]: {escape(decision_text(s.decision))}")
+
+
+def decision_text(decision: dict[str, object]) -> str:
+    """``approved by cli at 2026-…: looks good`` / ``signal ci-finished (key abc) …``."""
+    by, at = decision.get("by"), decision.get("at")
+    if "approved" in decision:
+        verdict = "approved" if decision["approved"] else "rejected"
+        comment = f": {decision['comment']}" if decision.get("comment") else ""
+        return f"{verdict} by {by} at {at}{comment}"
+    if by == "timeout":
+        return f"timed out at {at}"
+    key = f" (key {decision['key']})" if decision.get("key") is not None else ""
+    return f"signal {decision.get('signal')}{key} sent by {by} at {at}"
 
 
 #: How many of the last lines of a failed step's output and stderr ``brain show`` prints.

@@ -15,7 +15,7 @@ from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
 from brain.runner.claimed import execute_claimed, lease_seconds
 from brain.runner.engine import RunExecution
-from brain.runner.events import EventHandler, LogHandler
+from brain.runner.events import EventHandler, LogHandler, StepEvent
 from brain.runner.queueing import new_run
 from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
 from brain.store.base import RunStore
@@ -146,6 +146,8 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
     told: frozenset[str] = frozenset()
     tell = on_wait or log_waiting
     while True:
+        if on_event is not None and told:  # waits that ended while nobody executed the run
+            told = await _tell_ended(store, run_id, told, on_event)
         row = await store.run_row(run_id)
         if row is None or row.status in {s.value for s in FINISHED_RUN}:
             return await store.get_run(run_id)
@@ -169,6 +171,20 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
         if due is not None:
             delay = min(delay, max((due - utcnow()).total_seconds(), 0.0))
         await asyncio.sleep(delay)
+
+
+async def _tell_ended(store: RunStore, run_id: str, told: frozenset[str],
+                      on_event: EventHandler) -> frozenset[str]:
+    """Tell ``on_event`` of the steps in ``told`` (waiting when last looked at) that ended
+    since; return those still waiting (so each is told once)."""
+    ended = {name: state for name, state in (await store.waited_steps(run_id)).items()
+             if name in told and state[0] != StepStatus.WAITING.value}
+    kinds = {s.name: s.kind for s in (await store.get_run(run_id)).steps.values()} if ended \
+        else {}
+    for name, (status, _, error) in ended.items():
+        with contextlib.suppress(Exception):
+            on_event(StepEvent(run_id, name, kinds.get(name, ""), status, 1, error, None))
+    return told - set(ended)
 
 
 async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str,

@@ -64,6 +64,20 @@ class ServiceAccess:
         """Queue a retry: the new run's id and the original's full id."""
         return await self._service.retry(run_id)
 
+    async def decide(self, run_id: str, step: str, *, approved: bool,
+                     comment: str | None, by: str) -> dict[str, Any]:
+        """Decide a waiting approval (see ``BrainService.decide``); the stored decision."""
+        return await self._service.decide(run_id, step, approved=approved, comment=comment,
+                                          by=by)
+
+    async def signal(self, signal: str, key: str | None, body: str) -> list[tuple[str, str]]:
+        """Send a signal (see ``BrainService.signal``): the steps it continued."""
+        return await self._service.signal(signal, key, body, by="api")
+
+    async def decisions_waiting(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The approval steps waiting for a decision, oldest first (a store read)."""
+        return await self._service.store.decisions_waiting(limit)
+
     # --- reads and writes the service has no method for: the store, here only ----------------
 
     async def runs(self, *, workflow: str | None, status: str | None, limit: int,
@@ -71,6 +85,10 @@ class ServiceAccess:
         """Recent runs, newest first, without their steps (a store read)."""
         return await self._service.store.list_runs(workflow=workflow, status=status, limit=limit,
                                                    event=event, offset=offset)
+
+    async def full_id(self, run_id: str) -> str:
+        """The full id of the run ``run_id`` is or starts (a store read)."""
+        return await self._service.store.resolve_id(run_id)
 
     async def run(self, run_id: str) -> RunResult:
         """One run with its steps, by id or unique prefix (a store read)."""
@@ -101,7 +119,8 @@ class ServiceAccess:
 
     async def metrics_text(self) -> bytes:
         """The Prometheus exposition, with the queue depth read from the store."""
-        return await self._service.metrics.exposition(self._service.store.count_queued)
+        return await self._service.metrics.exposition(self._service.store.count_queued,
+                                                      self._service.store.count_waiting)
 
 
 def provide_access(state: State) -> ServiceAccess:

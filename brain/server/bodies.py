@@ -77,6 +77,48 @@ class RetryQueued(Struct):
     retry_of: str
 
 
+class DecisionRequest(Struct, forbid_unknown_fields=True):
+    """Body of ``POST /api/runs/{run_id}/steps/{step}/decision``."""
+
+    approve: Annotated[bool, Meta(description="true approves, false rejects")]
+    comment: Annotated[str | None, Meta(description="why, shown with the decision",
+                                        max_length=4000)] = None
+
+
+class DecisionTaken(Struct):
+    """The decision, as stored with the step (SPEC §16)."""
+
+    run_id: str
+    step: str
+    approved: bool
+    comment: str | None
+    by: str
+    at: str
+
+
+class SignalRequest(Struct, forbid_unknown_fields=True):
+    """Body of ``POST /api/signals/{signal}``; an empty body is ``{}``."""
+
+    key: Annotated[str | None, Meta(description="only steps waiting with this key continue "
+                                                "(none: those waiting without a key)",
+                                    max_length=1000)] = None
+    body: Annotated[Any, Meta(description="the output of the steps that continue: text as "
+                                          "is, other JSON as compact JSON text")] = None
+
+
+class ResumedStep(Struct):
+    """A step a signal continued."""
+
+    run_id: str
+    step: str
+
+
+class SignalSent(Struct):
+    """``POST /api/signals/{signal}``: the steps it continued (none: an empty list)."""
+
+    resumed: list[ResumedStep]
+
+
 class ApiError(Struct, omit_defaults=True):
     """Every error answer: ``{"status_code", "detail"}`` (never a stack trace); input that
     fails Litestar's own validation also carries ``extra``, a list of what was wrong."""
@@ -122,6 +164,12 @@ class StepDetail(Struct):
     stderr: str | None
     started_at: Time | None
     ended_at: Time | None
+    waiting_for: Annotated[dict[str, Any] | None, Meta(
+        description="what a waiting step waits for (SPEC §16): kind (sleep, approval, signal) "
+                    "and until, prompt, signal, key, timeout_at as they apply")] = None
+    decision: Annotated[dict[str, Any] | None, Meta(
+        description="how an approval or a wait_for step was decided: approved, comment, by "
+                    "(console, cli, api, timeout), at; for a signal: signal, key")] = None
 
 
 class RunDetail(Struct):

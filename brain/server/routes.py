@@ -9,6 +9,7 @@ The Brain's errors (:data:`DOMAIN_ERRORS`).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from litestar import Request, Response, Router, get, post
@@ -22,19 +23,25 @@ from litestar.response import ServerSentEvent
 from litestar.types import ControllerRouterHandler
 
 from brain._clock import utcnow
-from brain.results import TriggerData
+from brain.dsl.waits import SIGNAL_NAME
+from brain.results import TriggerData, clean_text
 from brain.server import security, webhooks
 from brain.server.access import ServiceAccess, provide_access, provide_changes
 from brain.server.answers import DOMAIN_ERRORS, QUEUED_OR_ENDED, OptionalBodyOperation, documented
 from brain.server.bodies import (
     CancelRequested,
     ChangeEvent,
+    DecisionRequest,
+    DecisionTaken,
     Health,
+    ResumedStep,
     RetryQueued,
     RunAccepted,
     RunDetail,
     RunEnded,
     RunRequest,
+    SignalRequest,
+    SignalSent,
     StepLogBody,
     WorkerState,
     WorkflowDetail,
@@ -220,6 +227,37 @@ async def step_log(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
     return step_log_body(run.run_id, step, status, lines, after)
 
 
+@post("/runs/{run_id:str}/steps/{step:str}/decision", status_code=200, guards=[json_only],
+      responses=documented(400, 404, 409, 413, 415))
+async def decide(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
+                 step: FromPath[str], data: JSONBody[DecisionRequest]) -> DecisionTaken:
+    """Approve or reject a step waiting for a decision (``approval()``, SPEC §16):
+    ``{"approve": true|false, "comment": "..."}``. Committed before the answer; the run
+    continues on an idle executor. 409 when the step was decided already or is not waiting."""
+    decision = await brain.decide(run_id, step, approved=data.approve, comment=data.comment,
+                                  by="api")
+    full = await brain.full_id(run_id)
+    return DecisionTaken(run_id=full, step=step, approved=decision["approved"],
+                         comment=decision["comment"], by=decision["by"], at=decision["at"])
+
+
+@post("/signals/{signal:str}", status_code=200, guards=[json_only],
+      operation_class=OptionalBodyOperation, responses=documented(400, 413, 415))
+async def send_signal(brain: NamedDependency[ServiceAccess], signal: FromPath[str],
+                      data: JSONBody[SignalRequest | None] = None) -> SignalSent:
+    """Send a signal: every step waiting for it (``wait_for()``, SPEC §16) with the same
+    key continues, its output the body. Committed before the answer; the list of the steps
+    it continued (empty when nothing waited)."""
+    data = data or SignalRequest()
+    if not SIGNAL_NAME.match(signal):
+        raise HTTPException(status_code=400, detail="a signal's name is letters, digits and "
+                                                    ". _ : - (at most 200 characters)")
+    body = data.body if isinstance(data.body, str) else "" if data.body is None else \
+        json.dumps(data.body, ensure_ascii=False, separators=(",", ":"))
+    resumed = await brain.signal(signal, data.key, clean_text(body) or "")
+    return SignalSent(resumed=[ResumedStep(run_id=r, step=s) for r, s in resumed])
+
+
 @get("/workers", responses=documented(400))
 async def list_workers(brain: NamedDependency[ServiceAccess]) -> list[WorkerState]:
     """The executor processes sharing the database (``brain serve``, ``brain worker``); one
@@ -283,6 +321,7 @@ API = Router(path="/api", guards=[require_api_access], request_class=JsonApiRequ
              dependencies={**_BRAIN, "changes": Provide(provide_changes, sync_to_thread=False)},
              exception_handlers=DOMAIN_ERRORS,
              route_handlers=[list_workflows, get_workflow, start_run, list_runs, get_run,
-                             cancel_run, retry_run, events, step_log, list_workers])
+                             cancel_run, retry_run, decide, send_signal, events, step_log,
+                             list_workers])
 
 ROUTES: list[ControllerRouterHandler] = [health, API, metrics, receive_webhook]

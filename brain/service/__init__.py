@@ -174,6 +174,27 @@ class BrainService:
         self.taker.wake.set()
         return new_id, full
 
+    # --- waits (SPEC §16) ---------------------------------------------------------
+
+    async def decide(self, run_id: str, step: str, *, approved: bool, comment: str | None = None,
+                     by: str = "api") -> dict[str, Any]:
+        """Approve or reject a waiting approval step (committed before this returns); the
+        run continues on an idle executor. :class:`RunConflict` when the step is not
+        waiting or was decided already."""
+        decision = await self.store.decide(run_id, step, approved=approved, comment=comment,
+                                           by=by)
+        self.taker.wake.set()
+        return decision
+
+    async def signal(self, signal: str, key: str | None = None, body: str = "", *,
+                     by: str = "api") -> list[tuple[str, str]]:
+        """Send ``signal``: every step waiting for it with ``key`` continues (committed
+        before this returns); their ``(run id, step)``."""
+        resumed = await self.store.send_signal(signal, key, body, by=by)
+        if resumed:
+            self.taker.wake.set()
+        return resumed
+
     async def wait_for(self, run_id: str, seconds: float) -> RunResult | None:
         """The run once it has ended, or ``None`` after ``seconds``."""
         loop = asyncio.get_running_loop()

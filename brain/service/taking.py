@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from brain.results import FINISHED_RUN
+from brain.results import FINISHED_RUN, RunStatus, StepStatus
 
 if TYPE_CHECKING:
     from brain.metrics import Metrics
@@ -27,6 +27,11 @@ log = logging.getLogger("brain.service")
 #: record attributes (``run_id``, ``workflow``, ``step``, ``status``) for the JSON format.
 run_log = logging.getLogger("brain.runs")
 IDLE_POLL_SECONDS = 1.0
+#: How often the timers of waiting steps are looked for, at most (a timer another process
+#: recorded is fired within this of its due time).
+TIMER_LOOK_SECONDS = 0.25
+#: How many due timers one transaction fires.
+FIRE_BATCH = 500
 EXPIRED_SCAN_SECONDS = 5.0
 #: How often a serving process writes its heartbeat row (``brain workers``).
 WORKER_BEAT_SECONDS = 5.0
@@ -67,6 +72,7 @@ class RunTaker:
         for i in range(self.concurrency):
             self.tasks.append(asyncio.create_task(self._taker(), name=f"brain-taker-{i}"))
         self.tasks.append(asyncio.create_task(self._resume_loop(), name="brain-resume"))
+        self.tasks.append(asyncio.create_task(self._timer_loop(), name="brain-timers"))
         self.tasks.append(asyncio.create_task(self._heartbeat_loop(), name="brain-heartbeat"))
 
     def is_stopping(self) -> bool:
@@ -99,11 +105,12 @@ class RunTaker:
                 names.append(name)
         return names
 
-    async def _take(self) -> tuple[str, bool] | None:
-        """The next run to execute, claimed: ``(run id, first start)``, or ``None``.
+    async def _take(self) -> tuple[str, bool, bool] | None:
+        """The next run to execute, claimed: ``(run id, first start, woken)``, or ``None``.
 
         Runs whose executor died come first; then the oldest queued run of a
-        workflow under its ``max_concurrent_runs``.
+        workflow under its ``max_concurrent_runs`` (a run woken from its waits is
+        queued again, SPEC §16).
         """
         from brain.runner import lease_seconds
 
@@ -116,7 +123,7 @@ class RunTaker:
                 continue
             if await self.store.claim_run(run_id, self.owner, lease_seconds()):
                 log.info("resuming run %s of %s (its executor stopped)", run_id, row.workflow)
-                return run_id, row.started_at is None
+                return run_id, row.started_at is None, False
         # Counting and claiming together, so two takers of this process cannot both see
         # room under max_concurrent_runs and both take a run.
         async with self._claim_lock:
@@ -124,9 +131,9 @@ class RunTaker:
             limited = [n for n, wf in workflows.items() if wf.spec.max_concurrent_runs]
             active = {n: await self.store.count_active(workflow=n, status="running")
                       for n in limited}
-            queued = await self.store.claim_next(self._eligible(active), self.owner,
-                                                 lease_seconds())
-        return None if queued is None else (queued, True)
+            queued = await self.store.take_next(self._eligible(active), self.owner,
+                                                lease_seconds())
+        return None if queued is None else (queued[0], not queued[1], queued[1])
 
     async def _taker(self) -> None:
         """Take a run, execute it, repeat; a store error is logged and retried."""
@@ -144,13 +151,13 @@ class RunTaker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)
                 continue
-            run_id, first_start = taken
+            run_id, first_start, woken = taken
             task = asyncio.current_task()
             assert task is not None
             self.running[run_id] = task
             self.metrics.executing.inc()
             try:
-                await self._execute(run_id, first_start)
+                await self._execute(run_id, first_start, woken)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -159,7 +166,7 @@ class RunTaker:
                 self.metrics.executing.dec()
                 self.running.pop(run_id, None)
 
-    async def _execute(self, run_id: str, first_start: bool) -> None:
+    async def _execute(self, run_id: str, first_start: bool, woken: bool) -> None:
         """Execute one claimed run with its workflow as loaded now, logging its start and end."""
         from brain.runner import execute_claimed
 
@@ -171,13 +178,17 @@ class RunTaker:
         fields = {"run_id": run_id, "workflow": wf.name}
         if first_start:
             self.metrics.runs_started.labels(wf.name).inc()
-        run_log.info("run %s of %s %s", run_id, wf.name, "started" if first_start else "resumed",
-                     extra=fields)
+        how = "started" if first_start else "continued" if woken else "resumed"
+        run_log.info("run %s of %s %s", run_id, wf.name, how, extra=fields)
         t0 = time.monotonic()
         result = await execute_claimed(
-            wf, self.store, run_id, self.owner, first_start=first_start,
+            wf, self.store, run_id, self.owner, first_start=first_start, woken=woken,
             abandon_on_cancel=self.is_stopping, loaded=workflows,
             on_event=functools.partial(self._observe_step, fields=fields))
+        if result.status == RunStatus.WAITING:
+            waits = [s.name for s in result.steps.values() if s.status == StepStatus.WAITING]
+            run_log.info("run %s of %s waits (%s)", run_id, wf.name, ", ".join(waits),
+                         extra={**fields, "status": "waiting"})
         if result.status in FINISHED_RUN:
             self.metrics.runs_ended.labels(wf.name, str(result.status)).inc()
             ended = "run %s of %s %s in %.2fs"
@@ -225,3 +236,27 @@ class RunTaker:
                 self.resumable.extend(fresh)
                 self.wake.set()
             await asyncio.sleep(EXPIRED_SCAN_SECONDS)
+
+    async def _timer_loop(self) -> None:
+        """Fire the timers of waiting steps as they fall due, whoever recorded them (SPEC
+        §16): each is taken by one process (see ``brain.store.waits``), its step ended and its
+        run queued again, to be taken here or anywhere."""
+        from brain._clock import utcnow
+
+        while not self.stopping:
+            try:
+                due = await self.store.next_timer()
+                if due is not None and due <= utcnow():
+                    fired = await self.store.fire_due_timers(limit=FIRE_BATCH)
+                    if fired:
+                        self.wake.set()
+                    continue  # more may be due
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cannot fire the timers of waiting steps; retrying")
+                due = None
+            delay = TIMER_LOOK_SECONDS
+            if due is not None:
+                delay = min(delay, max((due - utcnow()).total_seconds(), 0.0))
+            await asyncio.sleep(delay)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from brain._errors import StepFailed
+from brain.dsl.model import WAIT_KINDS
 from brain.executors import Executor, default_executors
 from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
 from brain.executors.function import output_text
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from brain.store.base import RunStore
     from brain.workflow import Workflow
 
-KINDS = ("shell", "llm", "mcp_tool", "step")
+KINDS = ("shell", "llm", "mcp_tool", "step", "sleep", "approval", "wait_for")
 #: A mock: the step's output — text, or any JSON-serialisable value, stored as a ``@step``'s
 #: return value is (``None`` as ``""``, a list or dict as its JSON text) — or a callable
 #: that gets the :class:`MockCall` and returns such a value (or raises).
@@ -83,14 +84,14 @@ class _MockingExecutor:
 
     def prepare(self, spec: Any, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         is_mocked = self.mocking.mock_for(spec.name, spec.kind) is not None
-        if not is_mocked and self.mocking.strict:
+        if not is_mocked and self.mocking.strict and spec.kind not in WAIT_KINDS:
             raise _not_mocked(spec)
         return self.real.prepare(spec, resolve, mocked=is_mocked)
 
     async def execute(self, spec: Any, prepared: PreparedStep, ctx: StepContext) -> StepOutput:
         mock = self.mocking.mock_for(spec.name, spec.kind)
         if mock is None:
-            if self.mocking.strict:
+            if self.mocking.strict and spec.kind not in WAIT_KINDS:
                 raise _not_mocked(spec)
             return await self.real.execute(spec, prepared, ctx)
         index = getattr(spec, "instance", None)
