@@ -33,7 +33,8 @@ async def run_block(runner: StepRunner, group: ForEachSpec) -> Outcome:
     rows = [(f"{m.name}[{i}]", m.kind, m.position) for i in range(count) for m in members]
     await recorder.store.add_steps(recorder.run_id, rows, owner=recorder.owner)
     started = utcnow()
-    failed = await _run_instances(runner, group, members, expansion)
+    with runner.room.aside():  # its instances count as work on their own
+        failed = await _run_instances(runner, group, members, expansion)
     if failed is not None:  # an instance failed: the run halts
         await recorder.ended([base_name(failed.name)], StepStatus.FAILED,
                              f"{failed.name} failed: {failed.error}", emit=False)
@@ -60,14 +61,19 @@ async def _run_instances(runner: StepRunner, group: ForEachSpec, members: list[S
     async def instance(index: int, element: str) -> Outcome | None:
         scope = Scope(index, element, members_set)
         async with limit:
-            for member in members:
-                name = scope.name(member.name)
-                if name in runner.plan.outputs:  # finished before a resume
-                    continue
-                spec = member.model_copy(update={"name": name, "instance": index})
-                outcome = await runner.run(spec, scope)
-                if not outcome.ok:
-                    return outcome
+            with runner.room.working():
+                return await steps_of(scope)
+
+    async def steps_of(scope: Scope) -> Outcome | None:
+        """The block's steps in one instance, in order, until one does not end well."""
+        for member in members:
+            name = scope.name(member.name)
+            if name in runner.plan.outputs:  # finished before a resume
+                continue
+            spec = member.model_copy(update={"name": name, "instance": scope.index})
+            outcome = await runner.run(spec, scope)
+            if not outcome.ok:
+                return outcome
         return None
 
     tasks = [asyncio.create_task(instance(i, element_text(item)))

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from brain._clock import utcnow
+
 if TYPE_CHECKING:
     from brain.store.base import RunStore
 
@@ -135,9 +137,20 @@ class WaitRoom:
         return True
 
     async def watch(self) -> None:
-        """Look now and then while steps wait (the execution cancels this when it ends)."""
+        """While steps wait, fire the run's own due timers (a sleep in parallel with steps
+        that still run ends on time, with or without a serving process; whoever fires a
+        timer first ends its step, once) and look for waits that ended. The execution
+        cancels this when it ends."""
+        delay = LOOK_SECONDS
         while True:
-            await asyncio.sleep(LOOK_SECONDS)
-            if self.waiting:
-                with contextlib.suppress(Exception):  # a busy database: the next look
-                    await self.look()
+            await asyncio.sleep(delay)
+            delay = LOOK_SECONDS
+            if not self.waiting:
+                continue
+            with contextlib.suppress(Exception):  # a busy database: the next look
+                due = await self.store.next_timer(self.run_id)
+                if due is not None and due <= utcnow():
+                    await self.store.fire_due_timers(run_id=self.run_id)
+                elif due is not None:
+                    delay = min(delay, (due - utcnow()).total_seconds())
+                await self.look()

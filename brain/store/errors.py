@@ -19,7 +19,9 @@ RETRY_SECONDS = 120.0
 _TRANSIENT_DRIVER_ERRORS = frozenset({
     "ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
     "AdminShutdownError", "CrashShutdownError", "TooManyConnectionsError",
-    "ConnectionRejectionError"})
+    "ConnectionRejectionError",
+    # Two transactions that waited for each other: PostgreSQL rolled one back, whole.
+    "DeadlockDetectedError", "SerializationError"})
 
 
 class DatabaseError(StoreError):

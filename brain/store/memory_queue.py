@@ -122,8 +122,11 @@ class MemoryQueue(MemoryState):
             self._keep(*queued)
             self._set(run, status=RunStatus.FAILED.value, error=message, ended_at=now)
             for step in run.steps.values():
-                if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value):
+                if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value,
+                                   StepStatus.WAITING.value):
                     step.status, step.error, step.ended_at = StepStatus.SKIPPED.value, message, now
+            for key in [k for k in self._timers if k[0] == run.record.id]:
+                del self._timers[key]
             failed.append(run.record.id)
         return failed
 

@@ -155,6 +155,7 @@ END_WAIT = ("UPDATE brain_steps SET status = :status, output = :output, error = 
 WAKE_RUN = ("UPDATE brain_runs SET wakes = wakes + 1, status = CASE WHEN status = 'waiting' "
             "THEN 'queued' ELSE status END WHERE id = :run_id")
 DROP_TIMER = "DELETE FROM brain_timers WHERE run_id = :run_id AND step = :name"
+DROP_TIMERS_OF_RUN = "DELETE FROM brain_timers WHERE run_id = :run_id"
 #: Due timers, deleted as they are taken: a row is returned to one transaction only, and on
 #: PostgreSQL concurrent takers skip each other's rows.
 def take_due_timers(*, of_run: bool) -> str:
@@ -213,7 +214,7 @@ FAIL_QUEUED = ("UPDATE brain_runs SET status = 'failed', error = :error, ended_a
                "WHERE id = :run_id AND status = 'queued'")
 SKIP_UNFINISHED_STEPS = (
     "UPDATE brain_steps SET status = 'skipped', error = :error, ended_at = :now "
-    "WHERE run_id = :run_id AND status IN ('pending', 'running')")
+    "WHERE run_id = :run_id AND status IN ('pending', 'running', 'waiting')")
 RUNNING_LEASES = "SELECT id, lease_owner FROM brain_runs WHERE status = 'running'"
 EXPIRE_LEASE = ("UPDATE brain_runs SET lease_expires_at = {lease_past} "
                 "WHERE id = :run_id AND status = 'running'")

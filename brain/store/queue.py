@@ -156,6 +156,7 @@ class RunQueue(UsesBackend):
                 if not conn.write(queries.FAIL_QUEUED, params):
                     continue  # an executor claimed it meanwhile
                 conn.write(queries.SKIP_UNFINISHED_STEPS, params)
+                conn.write(queries.DROP_TIMERS_OF_RUN, params)
                 insert_queued(conn, handlers(run_id, queued["trigger_event"]) if handlers
                               else (), now)
                 failed.append(run_id)

@@ -7,6 +7,11 @@ Part of :class:`brain.store.Store`. A waiting step ends only through
 and a timeout, two decisions), exactly one changes it, and only that one wakes the
 run. A due timer is deleted by the transaction that takes it, so each is taken by
 one server (on PostgreSQL, concurrent takers skip each other's rows).
+
+On PostgreSQL every ending locks rows in one order, so that two never wait for each
+other: the timers first (a batch of due timers takes all of its own at once; a signal
+deletes the timers of all the steps it ends before it ends any), then each step and its
+run, in the order of run id and step name.
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ def end_wait(conn: Connection, run_id: str, name: str, end: WaitEnd, now: dateti
     nothing changed) when the step is not waiting any more."""
     decision = None if end.decision is None else {**end.decision, "at": now.isoformat()}
     ok = end.status == StepStatus.SUCCEEDED.value
+    # Rows are locked timer, step, run, in that order, by every ending (see the module).
+    conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
     changed = conn.write(queries.END_WAIT, {
         "run_id": run_id, "name": name, "status": end.status, "now": now,
         "output": clean_text(end.text) if ok else None,
         "error": None if ok else clean_text(end.text), "decision": _dumps(decision)})
     if not changed:
         return False
-    conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
     conn.write(queries.WAKE_RUN, {"run_id": run_id})
     return True
 
@@ -98,7 +104,7 @@ class StepWaits(UsesBackend):
 
         def job(conn: Connection) -> list[tuple[str, str]]:
             ended = []
-            for row in conn.read(sql, params):
+            for row in sorted(conn.read(sql, params), key=lambda r: (r["run_id"], r["step"])):
                 if end_wait(conn, row["run_id"], row["step"], WaitEnd.from_json(row["value"]),
                             now):
                     ended.append((row["run_id"], row["step"]))
@@ -154,9 +160,12 @@ class StepWaits(UsesBackend):
         now = utcnow()
 
         def job(conn: Connection) -> list[tuple[str, str]]:
-            matched = conn.read(sql, {"signal": signal, "key": key})
-            return [(r["run_id"], r["name"]) for r in matched
-                    if end_wait(conn, r["run_id"], r["name"], end, now)]
+            matched = sorted((r["run_id"], r["name"])
+                             for r in conn.read(sql, {"signal": signal, "key": key}))
+            for run_id, name in matched:  # every timer first (see the module)
+                conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
+            return [(run_id, name) for run_id, name in matched
+                    if end_wait(conn, run_id, name, end, now)]
 
         return await self.db.atomically(job)
 
