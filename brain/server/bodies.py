@@ -81,8 +81,8 @@ class DecisionRequest(Struct, forbid_unknown_fields=True):
     """Body of ``POST /api/runs/{run_id}/steps/{step}/decision``."""
 
     approve: Annotated[bool, Meta(description="true approves, false rejects")]
-    comment: Annotated[str | None, Meta(description="why, shown with the decision",
-                                        max_length=4000)] = None
+    comment: Annotated[str, Meta(description="why, shown with the decision",
+                                 max_length=4000)] | None = None
 
 
 class DecisionTaken(Struct):
@@ -99,9 +99,9 @@ class DecisionTaken(Struct):
 class SignalRequest(Struct, forbid_unknown_fields=True):
     """Body of ``POST /api/signals/{signal}``; an empty body is ``{}``."""
 
-    key: Annotated[str | None, Meta(description="only steps waiting with this key continue "
-                                                "(none: those waiting without a key)",
-                                    max_length=1000)] = None
+    key: Annotated[str, Meta(description="only steps waiting with this key continue (none: "
+                                         "those waiting without a key)",
+                             max_length=1000)] | None = None
     body: Annotated[Any, Meta(description="the output of the steps that continue: text as "
                                           "is, other JSON as compact JSON text")] = None
 

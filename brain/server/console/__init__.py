@@ -1,10 +1,12 @@
 """The console (SPEC §13): workflows, runs and one run, server-rendered from templates.
 
 Readable without JavaScript; ``static/console.js`` adds live updates, "Run now",
-"Cancel", "Retry", copy buttons and step logs. Live pages are drawn here only: on each
-change ``GET /api/events`` announces, the script fetches the page again and swaps in
-its parts. ``timeline.py`` lays out a run's timeline, ``labels.py`` words triggers,
-webhook headers and failure links, ``graph.py`` draws the graph. Every
+"Cancel", "Retry", "Approve" / "Reject", copy buttons and step logs. Live pages are drawn
+here only: on each change ``GET /api/events`` announces, the script fetches the page again
+and swaps in its parts. ``rendering.py`` holds the templates and who may see a page,
+``timeline.py`` lays out a run's timeline, ``labels.py`` words triggers, webhook headers
+and failure links, ``waits.py`` what waiting steps wait for and how they were decided,
+``deciding.py`` the Approve / Reject route, ``graph.py`` draws the graph. Every
 asset ships in this package: nothing is fetched from elsewhere. With
 ``BRAIN_API_TOKEN`` set, ``/login`` takes the token once and keeps it in a
 ``SameSite=Strict``, ``HttpOnly`` cookie.
@@ -33,9 +35,9 @@ from brain.results import FINISHED_RUN, RunResult, RunStatus, base_name
 from brain.server import security
 from brain.server.access import ServiceAccess, provide_access
 from brain.server.bodies import workflow_summary
-from brain.server.console import labels
+from brain.server.console import deciding, labels, waits
+from brain.server.console.rendering import allowed, render, run_seconds
 from brain.server.console.timeline import timeline, took
-from brain.server.routes import require_api_access
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -43,52 +45,14 @@ PAGE_SIZE = 50
 FOLD_CHARS = 4000
 #: How many of the newest failure-handler runs a failed run's page looks through for its own.
 HANDLER_SEARCH = 200
-
-
-@functools.cache
-def _templates() -> Any:
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
-                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
-    env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
-    env.filters["short"] = lambda run_id: (run_id or "")[:12]
-    env.filters["trigger"] = labels.trigger_label
-    env.filters["failure_of"] = labels.failure_of
-    env.filters["took"] = lambda run: took(_run_seconds(run))
-    return env
-
-
-def _render(template: str, **values: Any) -> Response[str]:
-    page = _templates().get_template(template).render(**values)
-    return Response(page, media_type="text/html; charset=utf-8",
-                    headers={"Cache-Control": "no-store",
-                             "Content-Security-Policy": "default-src 'self'; style-src 'self'; "
-                             "img-src 'self' data:; frame-ancestors 'none'"})
-
-
-def _allowed(request: Request[Any, Any, Any]) -> Response[str] | None:
-    """``None`` when the request may see the console, else the way to the login form."""
-    try:
-        require_api_access(request, None)  # type: ignore[arg-type]
-    except NotAuthorizedException:
-        if security.api_token() is None:
-            raise
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return Redirect(f"/login?next={quote(target)}", status_code=303)  # type: ignore[return-value]
-    return None
+#: How many runs waiting for a decision the workflows page lists (the oldest first).
+DECISIONS_SHOWN = 100
 
 
 def _seconds(run: RunResult, name: str) -> float | None:
     step = run.steps[name]
     if step.started_at and step.ended_at:
         return (step.ended_at - step.started_at).total_seconds()
-    return None
-
-
-def _run_seconds(run: RunResult) -> float | None:
-    if run.started_at and run.ended_at:
-        return (run.ended_at - run.started_at).total_seconds()
     return None
 
 
@@ -101,7 +65,7 @@ async def workflows_page(request: Request[Any, Any, Any], brain: NamedDependency
     """Every workflow: description, triggers and their next fires, the last run, Run now."""
     if token:
         return _login_with(token, "/")
-    denied = _allowed(request)
+    denied = allowed(request)
     if denied is not None:
         return denied
     rows = []
@@ -111,7 +75,9 @@ async def workflows_page(request: Request[Any, Any, Any], brain: NamedDependency
         rows.append({"summary": msgspec.to_builtins(workflow_summary(wf, now)),
                      "last": last[0] if last else None})
     workers = await brain.workers()
-    return _render("workflows.html", workflows=rows, nav="workflows", workers=workers)
+    decisions = waits.waiting_decisions(await brain.decisions_waiting(DECISIONS_SHOWN))
+    return render("workflows.html", workflows=rows, nav="workflows", workers=workers,
+                  decisions=decisions, more_decisions=len(decisions) >= DECISIONS_SHOWN)
 
 
 @get("/runs", include_in_schema=False, dependencies=_BRAIN)
@@ -120,16 +86,17 @@ async def runs_page(request: Request[Any, Any, Any], brain: NamedDependency[Serv
                     status: FromQuery[str | None] = None, event: FromQuery[str | None] = None,
                     page: FromQuery[int] = 1) -> Response[str]:
     """Runs, newest first, filtered and in pages; live while runs are active."""
-    denied = _allowed(request)
+    denied = allowed(request)
     if denied is not None:
         return denied
     page = max(1, min(page, 10_000))
     runs = await brain.runs(workflow=workflow or None, status=status or None, event=event or None,
                             limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
     filters = {k: v for k, v in (("workflow", workflow), ("status", status), ("event", event)) if v}
-    return _render("runs.html", runs=runs[:PAGE_SIZE], page=page, more=len(runs) > PAGE_SIZE,
-                   filters=filters, query=lambda **extra: urlencode({**filters, **extra}),
-                   workflows=sorted(brain.workflows), nav="runs")
+    return render("runs.html", runs=runs[:PAGE_SIZE], page=page, more=len(runs) > PAGE_SIZE,
+                  filters=filters, query=lambda **extra: urlencode({**filters, **extra}),
+                  workflows=sorted(brain.workflows), statuses=[s.value for s in RunStatus],
+                  nav="runs")
 
 
 @get("/runs/{run_id:str}", include_in_schema=False, dependencies=_BRAIN)
@@ -139,7 +106,7 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
 
     The page's script fetches this very page again when the run changes and swaps in
     its parts, so the server's templates are the only place a run is drawn."""
-    denied = _allowed(request)
+    denied = allowed(request)
     if denied is not None:
         return denied
     try:
@@ -159,16 +126,29 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
         candidates = await brain.runs(workflow=None, status=None, event="failure",
                                       limit=HANDLER_SEARCH)
         handlers = labels.handler_runs(run.run_id, candidates)
-    return _render("run.html", run=run, graph=graph_svg, nav="runs", fold=FOLD_CHARS,
-                   timeline=timeline(run, utcnow()), took=took(_run_seconds(run)),
-                   seconds=lambda name: took(_seconds(run, name)),
-                   active=run.status not in FINISHED_RUN,
-                   retryable=str(run.status) in ("failed", "cancelled"),
-                   webhook=labels.webhook_facts(run.trigger.headers),
-                   failure_of=labels.failure_of(run), handlers=handlers,
-                   inputs=lambda name: json.dumps(run.steps[name].inputs, indent=2,
-                                                  ensure_ascii=False),
-                   is_instance=lambda name: base_name(name) != name)
+    return render("run.html", run=run, graph=graph_svg, nav="runs", fold=FOLD_CHARS,
+                  timeline=timeline(run, utcnow()), took=took(run_seconds(run)),
+                  seconds=lambda name: took(_seconds(run, name)),
+                  active=run.status not in FINISHED_RUN,
+                  retryable=str(run.status) in ("failed", "cancelled"),
+                  webhook=labels.webhook_facts(run.trigger.headers),
+                  failure_of=labels.failure_of(run), handlers=handlers,
+                  inputs=lambda name: json.dumps(run.steps[name].inputs, indent=2,
+                                                 ensure_ascii=False),
+                  is_instance=lambda name: base_name(name) != name,
+                  **_waits(request, run))
+
+
+def _waits(request: Request[Any, Any, Any], run: RunResult) -> dict[str, Any]:
+    """The run page's views of its waiting steps (by name, in call order) and of how its
+    steps that waited were decided."""
+    base_url = str(request.base_url)
+    token = security.api_token() is not None
+    waiting = {name: view for name, step in run.steps.items()
+               if (view := waits.wait_view(run.run_id, step, base_url=base_url, token=token))}
+    decided = {name: view for name, step in run.steps.items()
+               if (view := waits.decision_view(step))}
+    return {"waiting": waiting, "decided": decided}
 
 
 @get(["/favicon.ico", "/favicon.svg"], include_in_schema=False, sync_to_thread=False)
@@ -187,7 +167,7 @@ def _favicon() -> bytes:
 async def login_page(request: Request[Any, Any, Any], next: FromQuery[str] = "/",
                      failed: FromQuery[bool] = False) -> Response[str]:
     """The form that takes the token."""
-    return _render("login.html", next=_local(next), failed=failed, nav="")
+    return render("login.html", next=_local(next), failed=failed, nav="")
 
 
 @post("/login", include_in_schema=False, status_code=303)
@@ -223,4 +203,5 @@ STATIC = create_static_files_router(path="/console/static", directories=[HERE / 
                                     include_in_schema=False, name="console-static",
                                     send_as_attachment=False)
 
-PAGES: list[Any] = [workflows_page, runs_page, run_page, favicon, login_page, login, STATIC]
+PAGES: list[Any] = [workflows_page, runs_page, run_page, favicon, login_page, login, STATIC,
+                    *deciding.ROUTES]

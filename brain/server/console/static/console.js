@@ -1,4 +1,5 @@
-// The Brain console: live pages, Run now, Cancel, Retry, copy buttons and step logs.
+// The Brain console: live pages, Run now, Cancel, Retry, Approve / Reject, copy buttons and
+// step logs.
 // Plain JavaScript, no build step; every page works (read-only) without it.
 //
 // A live page never draws a run itself: when /api/events says the run changed, it
@@ -15,6 +16,8 @@ const ENDED = ["succeeded", "failed", "cancelled", "skipped"];
 const MAX_FOLLOWING = 3;
 const POLL_MS = 2000;
 const MAX_LINES = 5000;
+// Redraws the run page now (a live page swaps its parts in; any other page reloads).
+let refreshRun = () => window.location.reload();
 
 function post(url, body) {
   const options = {method: "POST", credentials: "same-origin", headers: {}};
@@ -96,12 +99,23 @@ function swapSteps(fresh) {
       if (before) before.after(mine); else list.prepend(mine);
     } else {
       swapInner(mine.querySelector(":scope > summary"), theirs.querySelector(":scope > summary"));
-      swapInner(mine.querySelector(":scope > .fields"), theirs.querySelector(":scope > .fields"));
-      if (theirs.dataset.status === "failed" && mine.dataset.status !== "failed") mine.open = true;
+      if (!typing(mine, theirs)) {
+        swapInner(mine.querySelector(":scope > .fields"), theirs.querySelector(":scope > .fields"));
+      }
+      const status = theirs.dataset.status;
+      if ((status === "failed" || status === "waiting") && mine.dataset.status !== status) mine.open = true;
       mine.dataset.status = theirs.dataset.status;
     }
     before = mine;
   }
+}
+
+// Whether someone is writing a comment in this step's decision form, which the server still
+// draws (so swapping the step's fields in would throw their words away).
+function typing(mine, theirs) {
+  const box = mine.querySelector("form.decide textarea");
+  return !!box && !!theirs.querySelector("form.decide") &&
+    (box.value !== "" || document.activeElement === box);
 }
 
 function swapButtons(root, fresh) {
@@ -157,6 +171,7 @@ function livePage() {
     }).catch(() => { /* the next event or tick tries again */ })
       .finally(() => { busy = false; if (again) { again = false; soon(); } });
   };
+  refreshRun = soon;
   source.addEventListener("step", soon);
   source.addEventListener("run", soon);
   // Once listening (and after every reconnect), catch up on what happened before.
@@ -168,6 +183,50 @@ function livePage() {
     ticks += 1;
     if (root.querySelector('details.step[data-status="running"]') || ticks % 5 === 0) soon();
   }, 3000);
+}
+
+// --- Approve / Reject ---------------------------------------------------------------------
+
+// A decision form posts to the console's own route (stored by "console"); the answer is
+// said under the step, and the page is redrawn either way (a 409 means someone else
+// decided, or the wait ended: the page then shows how).
+function decisionForms() {
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form.decide");
+    // (without the button that was pressed, the browser posts the form itself)
+    if (!form || !event.submitter) return;
+    event.preventDefault();
+    const step = form.closest("details.step");
+    const out = step ? step.querySelector("output.decide-result") : null;
+    const box = form.querySelector("textarea");
+    const approve = event.submitter.value;
+    const buttons = form.querySelectorAll("button");
+    const tell = (text, failed) => {
+      if (!out) return;
+      out.textContent = text;
+      out.classList.toggle("failed", failed);
+    };
+    buttons.forEach((b) => { b.disabled = true; });
+    tell("deciding…", false);
+    fetch(form.action, {method: "POST", credentials: "same-origin", headers: {Accept: "application/json"},
+                        body: new URLSearchParams({approve: approve, comment: box.value})})
+      .then(async (r) => {
+        let data = {};
+        try { data = await r.json(); } catch (e) { /* not JSON */ }
+        if (!r.ok) throw Object.assign(new Error(data.detail || ("HTTP " + r.status)), {status: r.status});
+        return data;
+      })
+      .then((data) => {
+        box.value = "";
+        tell((data.approved ? "Approved" : "Rejected") + ": the run goes on.", false);
+        refreshRun();
+      })
+      .catch((err) => {
+        tell("Not decided: " + err.message, true);
+        buttons.forEach((b) => { b.disabled = false; });
+        if (err.status === 409) { box.value = ""; refreshRun(); }
+      });
+  });
 }
 
 // --- step logs -----------------------------------------------------------------------------
@@ -206,6 +265,7 @@ class LogPanel {
   update(status) {
     if (this.source || this.timer || this.busy || this.done || this.broken) return;
     if (status === "pending" || status === "queued") this.say("not started yet");
+    else if (status === "waiting") this.say("waiting: no lines until it goes on");
     else if (ENDED.includes(status)) this.loadOnce();
     else if (this.following.size < MAX_FOLLOWING) this.follow();
     else this.poll();
@@ -324,4 +384,5 @@ document.addEventListener("DOMContentLoaded", () => {
   copyButtons();
   livePage();
   liveRuns();
+  decisionForms();
 });
