@@ -71,7 +71,9 @@ class WaitRoom:
         self.idle = asyncio.Event()
 
     def _check(self) -> None:
-        if self.busy == 0 and any(not f.done() for f in self.waiting.values()):
+        # A wait that ended but whose step has not resumed yet is work about to happen.
+        futures = self.waiting.values()
+        if self.busy == 0 and futures and all(not f.done() for f in futures):
             self.idle.set()
         else:
             self.idle.clear()
