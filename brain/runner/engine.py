@@ -239,7 +239,9 @@ class RunExecution:
             # Another executor resumed this run after our lease expired (or this server is
             # shutting down and leaves it to be resumed): write nothing.
             return RunStatus.RUNNING
-        end = end_of(stopped, self.plan.unstarted(), failures[0] if failures else None,
+        # A wait that ended failed while nobody executed the run keeps its own record.
+        unstarted = [n for n in self.plan.unstarted() if n not in self.waits.failed]
+        end = end_of(stopped, unstarted, failures[0] if failures else None,
                      self.plan.missing(), self.cancel_reason)
         runs = partial(failure_runs, self.wf, self.trigger, self.run_id, loaded=self.loaded)
         try:

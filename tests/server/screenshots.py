@@ -1,8 +1,8 @@
 """Take the console's screenshots (``docs/console/*.png``, shown by docs/console.md).
 
-The browser tests (``test_console_browser.py``) walk through every page; run this way
-they also save each page, which a plain test run never does (tests write only to their
-temporary folders)::
+The browser tests (``test_console_browser.py``, and ``test_console_waiting_browser.py`` for
+a run waiting for a decision) walk through every page; run this way they also save each
+page, which a plain test run never does (tests write only to their temporary folders)::
 
     .venv/bin/python -m tests.server.screenshots            # into docs/console/
     .venv/bin/python -m tests.server.screenshots /tmp/shots  # anywhere else
@@ -20,6 +20,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+#: The browser tests that save pages (each names its own screenshots).
+BROWSER_TESTS = ("test_console_browser.py", "test_console_waiting_browser.py")
 
 
 def main(argv: list[str]) -> int:
@@ -29,7 +31,8 @@ def main(argv: list[str]) -> int:
         return 2
     env = dict(os.environ, CONSOLE_SCREENSHOTS=str(folder))
     done = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-q",
-                           str(HERE / "test_console_browser.py")], cwd=REPO, env=env, check=False)
+                           *(str(HERE / name) for name in BROWSER_TESTS)],
+                          cwd=REPO, env=env, check=False)
     if done.returncode == 0:
         print(f"screenshots in {folder}")
     return done.returncode

@@ -144,10 +144,10 @@ def _waits(request: Request[Any, Any, Any], run: RunResult) -> dict[str, Any]:
     steps that waited were decided."""
     base_url = str(request.base_url)
     token = security.api_token() is not None
-    waiting = {name: view for name, step in run.steps.items()
-               if (view := waits.wait_view(run.run_id, step, base_url=base_url, token=token))}
-    decided = {name: view for name, step in run.steps.items()
-               if (view := waits.decision_view(step))}
+    waiting = {name: wait for name, step in run.steps.items()
+               if (wait := waits.wait_view(run.run_id, step, base_url=base_url, token=token))}
+    decided = {name: decision for name, step in run.steps.items()
+               if (decision := waits.decision_view(step))}
     return {"waiting": waiting, "decided": decided}
 
 

@@ -38,12 +38,13 @@ def utc_text(value: datetime | str | None) -> str:
     text that is not a time is shown as it is."""
     if value is None or value == "":
         return ""
-    when = value
-    if isinstance(when, str):
+    if isinstance(value, str):
         try:
-            when = datetime.fromisoformat(when)
+            when = datetime.fromisoformat(value)
         except ValueError:
-            return when
+            return value
+    else:
+        when = value
     if when.tzinfo is not None:
         when = when.astimezone(UTC)
     return when.strftime("%Y-%m-%d %H:%M:%S")

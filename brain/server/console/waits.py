@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +107,7 @@ def preview(prompt: str | None, limit: int = PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def waiting_decisions(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def waiting_decisions(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The rows of ``decisions_waiting`` as the workflows page lists them: the prompt
     previewed, the times as UTC text."""
     return [{"run_id": r["run_id"], "workflow": r["workflow"], "step": r["step"],
