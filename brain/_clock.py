@@ -45,8 +45,8 @@ def parse_duration(value: object) -> float:
 
 def duration_text(seconds: float) -> str:
     """``4h``, ``1h30m``, ``90s`` -> ``1m30s``, ``0.5s``: a duration as people write it."""
-    if seconds < 60 and seconds != int(seconds):
-        return f"{seconds:g}s"
+    if seconds < 60 and seconds != int(seconds):  # never exponent form: it must parse back
+        return (f"{seconds:.6f}".rstrip("0").rstrip(".") or "0") + "s"
     left = round(seconds)
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):

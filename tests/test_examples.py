@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,9 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 # to digest.md beside itself: it runs from a copy (the README's first block), below.
 NEEDS_OTHER_SERVERS = {"two_models.py", "digest_memories.py"}
 RUN_FROM_A_COPY = {"notes_digest.py"}
+# approve_deploy.py waits for a person and a CI signal: run below, answered by the commands
+# docs/waiting.md shows.
+WAITS_FOR_ANSWERS = {"approve_deploy.py"}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +41,8 @@ def chat_server() -> Iterator[FakeChatServer]:
 
 
 @pytest.mark.parametrize("path", [p for p in EXAMPLES
-                                  if p.name not in NEEDS_OTHER_SERVERS | RUN_FROM_A_COPY],
+                                  if p.name not in NEEDS_OTHER_SERVERS | RUN_FROM_A_COPY
+                                  | WAITS_FOR_ANSWERS],
                          ids=lambda p: p.name)
 def test_example_runs_to_success(path: Path, brain_cmd: list[str], tmp_path: Path,
                                  chat_server: FakeChatServer) -> None:
@@ -79,6 +84,58 @@ def test_the_docker_mcp_example_runs_here_with_the_time_server_on_path(
     steps = {s["name"]: s for s in json.loads(proc.stdout)["steps"]}
     assert [line.split(":")[0] for line in steps["clocks"]["output"].splitlines()] == [
         "Europe/Bucharest", "Asia/Tokyo"]
+
+
+def _when_step_waits(brain_cmd: list[str], cwd: Path, step: str) -> str:
+    """The id of the one waiting run, once its step ``step`` waits."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = subprocess.run([*brain_cmd, "runs", "--status", "waiting", "--json"],
+                                capture_output=True, text=True, cwd=cwd, timeout=30)
+        for run in json.loads(listed.stdout or "[]"):
+            shown = subprocess.run([*brain_cmd, "show", run["run_id"], "--json"],
+                                   capture_output=True, text=True, cwd=cwd, timeout=30)
+            steps = {s["name"]: s for s in json.loads(shown.stdout)["steps"]}
+            if steps[step]["status"] == "waiting":
+                return str(run["run_id"])
+        time.sleep(0.2)
+    raise AssertionError(f"step {step!r} never waited")
+
+
+def test_the_deploy_example_is_approved_and_signalled_from_a_second_terminal(
+        brain_cmd: list[str], tmp_path: Path) -> None:
+    """docs/waiting.md's walk-through: `brain run` waits in the foreground and says how to
+    decide; `brain approve` and `brain signal` (a second terminal) end its waits."""
+    example = REPO / "examples" / "approve_deploy.py"
+    run = subprocess.Popen([*brain_cmd, "run", str(example), "--header", "X-Commit: 4f2a9c1",
+                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, cwd=tmp_path)
+    try:
+        run_id = _when_step_waits(brain_cmd, tmp_path, "go")
+        approve = subprocess.run([*brain_cmd, "approve", run_id[:8], "go", "--comment",
+                                  "looks right"], capture_output=True, text=True, cwd=tmp_path,
+                                 timeout=30)
+        assert approve.returncode == 0, approve.stderr
+        assert _when_step_waits(brain_cmd, tmp_path, "ci") == run_id   # after the settle sleep
+        signal = subprocess.run([*brain_cmd, "signal", "ci-finished", "--key", "4f2a9c1",
+                                 "--body", '{"passed": true}', "--json"],
+                                capture_output=True, text=True, cwd=tmp_path, timeout=30)
+        assert json.loads(signal.stdout) == {"resumed": [{"run_id": run_id, "step": "ci"}]}
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, err
+    assert f"decide with `brain approve {run_id} go` (or --reject)" in err
+    assert "send it with `brain signal ci-finished --key 4f2a9c1 --body TEXT`" in err
+    result = json.loads(out)
+    assert result["status"] == "succeeded", result
+    steps = {s["name"]: s for s in result["steps"]}
+    assert [s["status"] for s in result["steps"]] == ["succeeded"] * 7
+    assert steps["go"]["decision"] | {"at": None} == {"approved": True, "comment": "looks right",
+                                                     "by": "cli", "at": None}
+    assert steps["report"]["output"] == 'plan applied; CI said: {"passed": true}'
 
 
 def readme_first_python_block() -> str:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from brain import placeholders
 from brain._clock import parse_duration
+from brain.dsl.helpers import common_options
 from brain.dsl.model import ApprovalStepSpec, SleepStepSpec, WaitForStepSpec
 from brain.dsl.nodes import StepNode, _Lazy
 from brain.dsl.tracing import Tracer, require_tracer
@@ -51,12 +52,24 @@ def _duration(tracer: Tracer, name: str, field: str, value: object,
     return seconds
 
 
-def _timeout(tracer: Tracer, name: str, timeout: object) -> float | None:
-    return None if timeout is None else _duration(tracer, name, "timeout", timeout, positive=True)
+def _options(tracer: Tracer, name: str, timeout: object, timeout_seconds: float | None,
+             retries: int, retry_delay_seconds: float) -> dict[str, object]:
+    """The options every step takes (SPEC §1). ``timeout_seconds`` is another name for a
+    wait's ``timeout``; ``retries`` are accepted and never used: a wait that ends failed
+    (it timed out) is not tried again."""
+    if timeout is not None and timeout_seconds is not None:
+        raise tracer.error(name, "give timeout= or timeout_seconds=, not both")
+    if timeout_seconds is not None:
+        timeout = timeout_seconds
+    opts = common_options(tracer, name, None, retries, retry_delay_seconds, None)
+    opts["timeout_seconds"] = (None if timeout is None
+                               else _duration(tracer, name, "timeout", timeout, positive=True))
+    return opts
 
 
 def sleep(name: str, duration: object = None, *, until: object = None,
-          after: Sequence[object] | None = None, when: object = None) -> StepNode:
+          after: Sequence[object] | None = None, when: object = None, retries: int = 0,
+          retry_delay_seconds: float = 1.0, timeout_seconds: float | None = None) -> StepNode:
     """Wait ``duration`` (seconds, or text like ``"10m"``, ``"1h30m"``) or ``until`` a time
     (ISO 8601 with an offset; a placeholder is resolved when the step starts), holding no
     executor meanwhile. The output is the UTC wake time; a time already past goes on at once.
@@ -70,6 +83,9 @@ def sleep(name: str, duration: object = None, *, until: object = None,
     if (duration is None) == (until is None):
         raise tracer.error(name, "give exactly one of a duration (sleep('wait', '10m')) or "
                                  "until= (an ISO 8601 time)")
+    if timeout_seconds is not None:
+        raise tracer.error(name, "a sleep has no timeout: it ends at its time")
+    opts = _options(tracer, name, None, None, retries, retry_delay_seconds)
     seconds = None if duration is None else _duration(tracer, name, "duration", duration)
     until_text = None
     if until is not None:
@@ -81,12 +97,14 @@ def sleep(name: str, duration: object = None, *, until: object = None,
                 raise tracer.error(name, str(exc)) from None
     after_names = tracer.after_names(name, after)
     spec = SleepStepSpec(name=name, **tracer.placement(name, refs, after_names, when),
-                         seconds=seconds, until=until_text)
+                         seconds=seconds, until=until_text, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)
 
 
 def approval(name: str, prompt: object, *, timeout: object = None, default: bool | None = None,
-             after: Sequence[object] | None = None, when: object = None) -> StepNode:
+             after: Sequence[object] | None = None, when: object = None, retries: int = 0,
+             retry_delay_seconds: float = 1.0,
+             timeout_seconds: float | None = None) -> StepNode:
     """Wait for a person to approve or reject ``prompt`` (placeholders filled in, secrets
     scrubbed), in the console, with ``brain approve RUN_ID NAME`` or through the API. The
     output is ``true`` or ``false``, so ``when=`` takes it. After ``timeout`` the output is
@@ -103,18 +121,19 @@ def approval(name: str, prompt: object, *, timeout: object = None, default: bool
     prompt_text = tracer.template(name, "prompt", prompt, refs)
     if default is not None and not isinstance(default, bool):
         raise tracer.error(name, f"default must be True, False or None, not {default!r}")
-    seconds = _timeout(tracer, name, timeout)
-    if default is not None and seconds is None:
+    opts = _options(tracer, name, timeout, timeout_seconds, retries, retry_delay_seconds)
+    if default is not None and opts["timeout_seconds"] is None:
         raise tracer.error(name, "default= is the answer after timeout=: give a timeout too")
     after_names = tracer.after_names(name, after)
     spec = ApprovalStepSpec(name=name, **tracer.placement(name, refs, after_names, when),
-                            prompt=prompt_text, timeout_seconds=seconds, default=default)
+                            prompt=prompt_text, default=default, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)
 
 
 def wait_for(name: str, signal: str, *, key: object = None, timeout: object = None,
              default: object = None, after: Sequence[object] | None = None,
-             when: object = None) -> StepNode:
+             when: object = None, retries: int = 0, retry_delay_seconds: float = 1.0,
+             timeout_seconds: float | None = None) -> StepNode:
     """Wait for the signal ``signal`` (``POST /api/signals/SIGNAL`` or ``brain signal``) sent
     with the key ``key`` resolves to (``None``: a signal sent without a key). The output is
     the signal's body. After ``timeout`` the output is ``default`` (text, or JSON data kept
@@ -127,10 +146,12 @@ def wait_for(name: str, signal: str, *, key: object = None, timeout: object = No
     name = tracer.check_name(name)
     refs: list[str] = []
     if not isinstance(signal, str) or not SIGNAL_NAME.match(signal):
-        raise tracer.error(name, f"bad signal name {signal!r}: letters, digits and . _ : - "
-                                 f"(written literally, at most 200 characters)")
+        shown = repr(signal) if isinstance(signal, str) else f"of type {type(signal).__name__}"
+        raise tracer.error(name, f"bad signal name {shown}: the signal is written literally, "
+                                 f"letters, digits and . _ : - (at most 200 characters)")
     key_text = None if key is None else tracer.template(name, "key", key, refs)
-    seconds = _timeout(tracer, name, timeout)
+    opts = _options(tracer, name, timeout, timeout_seconds, retries, retry_delay_seconds)
+    seconds = opts["timeout_seconds"]
     default_text: str | None = None
     if default is not None:
         if isinstance(default, _Lazy):
@@ -148,6 +169,6 @@ def wait_for(name: str, signal: str, *, key: object = None, timeout: object = No
                                          f"{type(default).__name__}") from None
     after_names = tracer.after_names(name, after)
     spec = WaitForStepSpec(name=name, **tracer.placement(name, refs, after_names, when),
-                           signal=signal, key=key_text, timeout_seconds=seconds,
-                           default=default_text)
+                           signal=signal, key=key_text, default=default_text,
+                           **opts)  # type: ignore[arg-type]
     return tracer.add(spec)
