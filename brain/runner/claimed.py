@@ -62,7 +62,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                           on_log: LogHandler | None = None,
                           executors: Mapping[str, Executor] | None = None,
                           abandon_on_cancel: Callable[[], bool] | None = None,
-                          loaded: Mapping[str, RunnableWorkflow] | None = None) -> RunResult:
+                          loaded: Mapping[str, RunnableWorkflow] | None = None,
+                          row: RunRecord | None = None, wakes: int | None = None) -> RunResult:
     """Execute a run this ``owner`` has just claimed (see :func:`execute_run`).
 
     ``first_start``: the run was queued until now, so ``{previous.X}`` is
@@ -71,9 +72,11 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     workflows as the serving process has them now (failure handlers are queued as
     it has them). ``woken``: the run was let go of with every step left waiting, and taken
     again from the queue once a wait ended (no process of it can be left running).
+    ``row`` and ``wakes``: the run's record and wake count, when the caller read them at
+    or after the claim (they are read here otherwise).
     """
     lease = lease_seconds()
-    row = await store.run_row(run_id)
+    row = row or await store.run_row(run_id)
     assert row is not None
     if not first_start and not woken:
         # Whatever an earlier try of this run left running on this machine (its executor
@@ -84,7 +87,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
         if await _ended_before_start(wf, store, row, owner, first_start, loaded):
             return await store.get_run(run_id)
         # Read before the steps: a wait that ends after this is noticed (SPEC §16).
-        waits = WaitsFound() if first_start else await WaitsFound.read(store, run_id)
+        waits = WaitsFound() if first_start else await WaitsFound.read(store, run_id, wakes)
         previous, states = await _reset_for_start(wf, store, row, owner, first_start,
                                                   keep=waits.waiting | set(waits.failed))
     except LeaseLost:
@@ -148,8 +151,9 @@ async def _reset_for_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord
     run_id = row.id
     previous = row.previous_run_id
     states = await store.step_states(run_id)
-    unfinished = [n for n, (status, _) in states.items()
-                  if status != StepStatus.SUCCEEDED.value and n not in keep]
+    # (a pending step has nothing to reset: no end, output or error)
+    unfinished = [n for n, (status, _) in states.items() if n not in keep
+                  and status not in (StepStatus.SUCCEEDED.value, StepStatus.PENDING.value)]
     # No step has started yet (an executor died between taking the run and recording which
     # run {previous.X} reads): choose now, as a first start does.
     never_started = all(status == StepStatus.PENDING.value and tries == 0
@@ -159,7 +163,8 @@ async def _reset_for_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord
             any(s.previous_refs for s in wf.spec.steps):
         previous = await store.latest_succeeded_run(wf.name, utcnow())
         await store.set_previous_run(run_id, previous, owner=owner)
-    await store.reset_steps(run_id, unfinished, owner=owner)
+    if unfinished:  # (the lease is checked by the renewal that follows either way)
+        await store.reset_steps(run_id, unfinished, owner=owner)
     return previous, states
 
 

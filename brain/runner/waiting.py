@@ -45,9 +45,10 @@ class WaitsFound:
     failed: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    async def read(cls, store: RunStore, run_id: str) -> WaitsFound:
-        """Read them (the wake count first)."""
-        wakes = await store.run_wakes(run_id)
+    async def read(cls, store: RunStore, run_id: str, wakes: int | None = None) -> WaitsFound:
+        """Read them (the wake count first, unless given: read at the claim)."""
+        if wakes is None:
+            wakes = await store.run_wakes(run_id)
         states = await store.waited_steps(run_id)
         return cls(wakes, frozenset(n for n, (status, _, _) in states.items()
                                     if status == "waiting"),

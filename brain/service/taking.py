@@ -124,11 +124,14 @@ class RunTaker:
             if await self.store.claim_run(run_id, self.owner, lease_seconds()):
                 log.info("resuming run %s of %s (its executor stopped)", run_id, row.workflow)
                 return run_id, row.started_at is None, False
+        workflows = self.workflows()
+        limited = [n for n, wf in workflows.items() if wf.spec.max_concurrent_runs]
+        if not limited:  # one statement claims: nothing to count first
+            queued = await self.store.take_next(list(workflows), self.owner, lease_seconds())
+            return None if queued is None else (queued[0], not queued[1], queued[1])
         # Counting and claiming together, so two takers of this process cannot both see
         # room under max_concurrent_runs and both take a run.
         async with self._claim_lock:
-            workflows = self.workflows()
-            limited = [n for n, wf in workflows.items() if wf.spec.max_concurrent_runs]
             active = {n: await self.store.count_active(workflow=n, status="running")
                       for n in limited}
             queued = await self.store.take_next(self._eligible(active), self.owner,
@@ -182,7 +185,7 @@ class RunTaker:
         run_log.info("run %s of %s %s", run_id, wf.name, how, extra=fields)
         t0 = time.monotonic()
         result = await execute_claimed(
-            wf, self.store, run_id, self.owner, first_start=first_start, woken=woken,
+            wf, self.store, run_id, self.owner, first_start=first_start, woken=woken, row=row,
             abandon_on_cancel=self.is_stopping, loaded=workflows,
             on_event=functools.partial(self._observe_step, fields=fields))
         if result.status == RunStatus.WAITING:
@@ -192,7 +195,10 @@ class RunTaker:
         if result.status in FINISHED_RUN:
             self.metrics.runs_ended.labels(wf.name, str(result.status)).inc()
             ended = "run %s of %s %s in %.2fs"
-            args: tuple[object, ...] = (run_id, wf.name, result.status, time.monotonic() - t0)
+            took = time.monotonic() - t0
+            if woken and result.started_at and result.ended_at:  # its waits included
+                took = (result.ended_at - result.started_at).total_seconds()
+            args: tuple[object, ...] = (run_id, wf.name, result.status, took)
             if result.error:
                 ended, args = ended + ": %s", (*args, result.error)
             run_log.log(logging.INFO if result.succeeded else logging.WARNING, ended, *args,

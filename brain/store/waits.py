@@ -36,13 +36,16 @@ def _dumps(value: dict[str, Any] | None) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def end_wait(conn: Connection, run_id: str, name: str, end: WaitEnd, now: datetime) -> bool:
+def end_wait(conn: Connection, run_id: str, name: str, end: WaitEnd, now: datetime, *,
+             timer_taken: bool = False) -> bool:
     """End a waiting step and wake its run, inside the caller's transaction; ``False`` (and
-    nothing changed) when the step is not waiting any more."""
+    nothing changed) when the step is not waiting any more. ``timer_taken``: its timer was
+    deleted already (it is what ends it)."""
     decision = None if end.decision is None else {**end.decision, "at": now.isoformat()}
     ok = end.status == StepStatus.SUCCEEDED.value
     # Rows are locked timer, step, run, in that order, by every ending (see the module).
-    conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
+    if not timer_taken:
+        conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
     changed = conn.write(queries.END_WAIT, {
         "run_id": run_id, "name": name, "status": end.status, "now": now,
         "output": clean_text(end.text) if ok else None,
@@ -106,7 +109,7 @@ class StepWaits(UsesBackend):
             ended = []
             for row in sorted(conn.read(sql, params), key=lambda r: (r["run_id"], r["step"])):
                 if end_wait(conn, row["run_id"], row["step"], WaitEnd.from_json(row["value"]),
-                            now):
+                            now, timer_taken=True):
                     ended.append((row["run_id"], row["step"]))
             return ended
 
@@ -165,7 +168,7 @@ class StepWaits(UsesBackend):
             for run_id, name in matched:  # every timer first (see the module)
                 conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
             return [(run_id, name) for run_id, name in matched
-                    if end_wait(conn, run_id, name, end, now)]
+                    if end_wait(conn, run_id, name, end, now, timer_taken=True)]
 
         return await self.db.atomically(job)
 
