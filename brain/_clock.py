@@ -12,6 +12,8 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: The longest duration taken (100 years): any time it gives can still be written down.
+MAX_DURATION_SECONDS = 100 * 365.25 * 86400
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -40,6 +42,8 @@ def parse_duration(value: object) -> float:
         raise ValueError(f"a duration is seconds or text like '10m', not {type(value).__name__}")
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"a duration must be a finite number of seconds >= 0, not {value!r}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"duration {value!r} is longer than 100 years")
     return seconds
 
 

@@ -14,6 +14,9 @@ from brain._errors import RunConflict
 from brain.cli import render
 from brain.dsl.waits import SIGNAL_NAME
 
+#: The largest signal body taken (as a webhook's or the API's body).
+MAX_SIGNAL_BODY = 1024 * 1024
+
 
 def cmd_approve(args: argparse.Namespace) -> int:
     """Approve or reject a waiting ``approval`` step; exit 1 when it is not waiting (or was
@@ -36,6 +39,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
     """Send a signal; print the steps it continued (as JSON lines with ``--json``)."""
     from brain.cli.commands import in_store
 
+    if len(args.body.encode("utf-8", "surrogatepass")) > MAX_SIGNAL_BODY:
+        raise ValueError(f"--body is larger than {MAX_SIGNAL_BODY // 1024 // 1024} MiB")
     if not SIGNAL_NAME.match(args.signal):
         raise ValueError(f"bad signal name {args.signal!r}: letters, digits and . _ : - "
                          f"(at most 200 characters)")

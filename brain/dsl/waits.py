@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from brain import placeholders
 from brain._clock import parse_duration
@@ -35,6 +35,11 @@ def parse_until(text: str) -> datetime:
                          f"'2026-12-03T09:00:00+00:00'") from None
     if when.tzinfo is None or when.utcoffset() is None:
         raise ValueError(f"until={text!r} has no offset: add one, like +00:00 or Z")
+    try:  # a time at the very edge of the calendar has no UTC form (9999-12-31T23:00-01:00)
+        when.astimezone(UTC) + timedelta(days=1)
+        when.astimezone(UTC) - timedelta(days=1)
+    except OverflowError:
+        raise ValueError(f"until={text!r} is out of range") from None
     return when
 
 

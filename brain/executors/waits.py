@@ -99,11 +99,13 @@ class WaitExecutor:
             request = WaitRequest("approval", due, on_due, shown=shown)
             return PreparedStep(inputs={"prompt": prompt}, payload={"wait": request})
         assert isinstance(spec, WaitForStepSpec)
-        key = None if spec.key is None else scrub(resolve(spec.key, False))
-        shown.update(signal=spec.signal, key=key)
+        key = None if spec.key is None else resolve(spec.key, False)
+        shown_key = scrub(key)  # the key itself is kept only as a digest (it is matched)
+        shown.update(signal=spec.signal, key=shown_key)
         due, on_due = _timeout(spec, spec.default, now, shown)
         request = WaitRequest("signal", due, on_due, signal=spec.signal, key=key, shown=shown)
-        return PreparedStep(inputs={"signal": spec.signal, "key": key}, payload={"wait": request})
+        return PreparedStep(inputs={"signal": spec.signal, "key": shown_key},
+                            payload={"wait": request})
 
     async def execute(self, spec: Any, prepared: PreparedStep, ctx: StepContext) -> StepOutput:
         """The wait without a clock or a person (``brain.testing``): a sleep's output is its

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -130,8 +131,9 @@ def waiting_text(run_id: str, step: StepResult) -> str:
         shown = prompt if len(prompt) <= 80 else prompt[:77] + "..."
         return (f"waits for a decision in step {step.name!r}: {shown!r}{timeout}; decide with "
                 f"`brain approve {run_id} {step.name}` (or --reject)")
-    key = what.get("key")
-    send = f"brain signal {what.get('signal')}" + ("" if key is None else f" --key {key}")
+    key = what.get("key")  # from a run's input: quoted, so the line is safe to copy
+    send = f"brain signal {what.get('signal')}" + (
+        "" if key is None else f" --key {shlex.quote(str(key))}")
     return f"waits in step {step.name!r} for signal {what.get('signal')!r}{timeout}; send it " \
            f"with `{send} --body TEXT`"
 

@@ -228,20 +228,22 @@ async def step_log(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
 
 
 @post("/runs/{run_id:str}/steps/{step:str}/decision", status_code=200, guards=[json_only],
+      request_max_body_size=webhooks.MAX_BODY_BYTES,
       responses=documented(400, 404, 409, 413, 415))
 async def decide(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
                  step: FromPath[str], data: JSONBody[DecisionRequest]) -> DecisionTaken:
     """Approve or reject a step waiting for a decision (``approval()``, SPEC §16):
     ``{"approve": true|false, "comment": "..."}``. Committed before the answer; the run
     continues on an idle executor. 409 when the step was decided already or is not waiting."""
-    decision = await brain.decide(run_id, step, approved=data.approve, comment=data.comment,
+    full = await brain.full_id(run_id)  # before: a later run may share the prefix
+    decision = await brain.decide(full, step, approved=data.approve, comment=data.comment,
                                   by="api")
-    full = await brain.full_id(run_id)
     return DecisionTaken(run_id=full, step=step, approved=decision["approved"],
                          comment=decision["comment"], by=decision["by"], at=decision["at"])
 
 
 @post("/signals/{signal:str}", status_code=200, guards=[json_only],
+      request_max_body_size=webhooks.MAX_BODY_BYTES,
       operation_class=OptionalBodyOperation, responses=documented(400, 413, 415))
 async def send_signal(brain: NamedDependency[ServiceAccess], signal: FromPath[str],
                       data: JSONBody[SignalRequest | None] = None) -> SignalSent:

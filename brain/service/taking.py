@@ -11,7 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from brain.results import FINISHED_RUN, RunStatus, StepStatus
@@ -32,6 +32,9 @@ IDLE_POLL_SECONDS = 1.0
 TIMER_LOOK_SECONDS = 0.25
 #: How many due timers one transaction fires.
 FIRE_BATCH = 500
+#: How long before a timer's due time (by this machine's clock) it is looked for: whether
+#: it is due is the database's clock's say on PostgreSQL.
+CLOCK_SLACK = timedelta(seconds=2)
 EXPIRED_SCAN_SECONDS = 5.0
 #: How often a serving process writes its heartbeat row (``brain workers``).
 WORKER_BEAT_SECONDS = 5.0
@@ -249,14 +252,19 @@ class RunTaker:
         run queued again, to be taken here or anywhere."""
         from brain._clock import utcnow
 
+        # Due by the database's clock on PostgreSQL, which may differ from this machine's a
+        # little: look from a little before, by this one's (SQLite: this machine's clock).
+        slack = CLOCK_SLACK if getattr(self.store, "dialect", "") == "postgresql" \
+            else timedelta(0)
         while not self.stopping:
             try:
                 due = await self.store.next_timer()
-                if due is not None and due <= utcnow():
+                if due is not None and due <= utcnow() + slack:
                     fired = await self.store.fire_due_timers(limit=FIRE_BATCH)
                     if fired:
                         self.wake.set()
-                    continue  # more may be due
+                    if len(fired) >= FIRE_BATCH:
+                        continue  # more may be due
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -264,5 +272,5 @@ class RunTaker:
                 due = None
             delay = TIMER_LOOK_SECONDS
             if due is not None:
-                delay = min(delay, max((due - utcnow()).total_seconds(), 0.0))
+                delay = min(delay, max((due - utcnow()).total_seconds(), 0.01))
             await asyncio.sleep(delay)

@@ -22,6 +22,9 @@ _TRANSIENT_DRIVER_ERRORS = frozenset({
     "ConnectionRejectionError",
     # Two transactions that waited for each other: PostgreSQL rolled one back, whole.
     "DeadlockDetectedError", "SerializationError"})
+#: PostgreSQL's codes for a transaction rolled back whole, to be tried again: a deadlock,
+#: a serialization failure (SQLAlchemy's adapter keeps the code as ``sqlstate``).
+_RETRIED_STATES = frozenset({"40P01", "40001"})
 
 
 class DatabaseError(StoreError):
@@ -51,6 +54,8 @@ def transient(exc: BaseException) -> bool:
     if exc.connection_invalidated:
         return True
     if _busy(str(exc.orig or exc)):
+        return True
+    if getattr(exc.orig, "sqlstate", None) in _RETRIED_STATES:
         return True
     name = type(exc.orig).__name__
     return name in _TRANSIENT_DRIVER_ERRORS or isinstance(exc.orig, ConnectionError)

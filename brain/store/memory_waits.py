@@ -8,8 +8,10 @@ from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import RunConflict, StepNotFound
+from brain._secrets import scrub
 from brain.results import RunStatus, StepStatus, WaitEnd, WaitTimer, clean_text
 from brain.store.memory_state import MemoryRun, MemoryState, as_json, as_stored
+from brain.store.waits import key_digest
 
 
 class MemoryWaits(MemoryState):
@@ -40,7 +42,7 @@ class MemoryWaits(MemoryState):
         step.status, step.inputs, step.tries = StepStatus.WAITING.value, as_json(inputs), tries
         step.started_at, step.ended_at, step.error = as_stored(started_at), None, None
         step.output, step.decision, step.waiting_for = None, None, as_json(waiting_for)
-        step.signal, step.key = signal, key
+        step.signal, step.key = signal, key_digest(key)
         if timer is not None:
             self._timers[(run_id, name)] = (as_stored(timer.due) or timer.due,
                                             timer.end.to_json())
@@ -99,7 +101,8 @@ class MemoryWaits(MemoryState):
         if found.kind != "approval":
             raise RunConflict(f"step {step!r} is a {found.kind} step, not an approval: "
                               f"it takes no decision")
-        decision = {"approved": approved, "comment": clean_text(comment) or None, "by": by}
+        decision = {"approved": approved, "comment": clean_text(scrub(comment)) or None,
+                    "by": by}
         now = utcnow()
         if not self._end_wait(run, step, WaitEnd(StepStatus.SUCCEEDED.value,
                                                  "true" if approved else "false", decision), now):
@@ -112,12 +115,14 @@ class MemoryWaits(MemoryState):
     async def send_signal(self, signal: str, key: str | None = None, body: str = "", *,
                           by: str = "api") -> list[tuple[str, str]]:
         """End every step waiting for ``signal`` with ``key``."""
-        end = WaitEnd(StepStatus.SUCCEEDED.value, body, {"signal": signal, "key": key, "by": by})
+        end = WaitEnd(StepStatus.SUCCEEDED.value, scrub(body) or "",
+                      {"signal": signal, "key": scrub(key), "by": by})
+        digest = key_digest(key)
         now = utcnow()
         resumed = []
         for run in list(self._runs.values()):
             for step in list(run.steps.values()):
-                if step.kind == "wait_for" and step.signal == signal and step.key == key \
+                if step.kind == "wait_for" and step.signal == signal and step.key == digest \
                         and self._end_wait(run, step.name, end, now):
                     resumed.append((run.record.id, step.name))
         return resumed

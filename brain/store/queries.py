@@ -158,11 +158,14 @@ DROP_TIMER = "DELETE FROM brain_timers WHERE run_id = :run_id AND step = :name"
 DROP_TIMERS_OF_RUN = "DELETE FROM brain_timers WHERE run_id = :run_id"
 #: Due timers, deleted as they are taken: a row is returned to one transaction only, and on
 #: PostgreSQL concurrent takers skip each other's rows.
-def take_due_timers(*, of_run: bool) -> str:
-    """Delete and return the due timers (of ``:run_id`` alone, when ``of_run``)."""
+def take_due_timers(*, of_run: bool, by_lease_clock: bool) -> str:
+    """Delete and return the due timers (of ``:run_id`` alone, when ``of_run``): due by
+    ``:now``, or by the lease clock (the database server's on PostgreSQL, so that machines
+    whose clocks differ agree on what is due)."""
     only = " AND run_id = :run_id" if of_run else ""
+    now = "{lease_now}" if by_lease_clock else ":now"
     return ("DELETE FROM brain_timers WHERE (run_id, step) IN (SELECT run_id, step FROM "
-            f"brain_timers WHERE due_at <= :now{only} ORDER BY due_at LIMIT :limit"
+            f"brain_timers WHERE due_at <= {now}{only} ORDER BY due_at LIMIT :limit"
             "{skip_locked}) RETURNING run_id, step, outcome, value")
 
 

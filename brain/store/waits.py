@@ -16,20 +16,32 @@ run, in the order of run id and step name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import RunConflict, StepNotFound
+from brain._secrets import scrub
 from brain.results import StepStatus, WaitEnd, WaitTimer, clean_text
 from brain.store import queries
-from brain.store.backend import Connection, UsesBackend, utc
+from brain.store.backend import Connection, UsesBackend, lease_times, utc
 from brain.store.reading import resolve
 from brain.store.records import check_lease
 
 #: A decision's sources (SPEC §16).
 DECIDERS = ("console", "cli", "api")
+
+
+def key_digest(key: str | None) -> str | None:
+    """How a wait's key is kept and matched: the SHA-256 of the key with every known secret
+    scrubbed, on both sides (a key may hold a secret, which no record may keep, and a run's
+    trigger is stored scrubbed, so the key a resumed run resolves is scrubbed too)."""
+    if key is None:
+        return None
+    shown = scrub(key) or ""
+    return "sha256:" + hashlib.sha256(shown.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _dumps(value: dict[str, Any] | None) -> str | None:
@@ -67,7 +79,7 @@ class StepWaits(UsesBackend):
         ``owner`` holds the run's lease when given."""
         params = {"run_id": run_id, "name": name, "inputs": json.dumps(inputs), "tries": tries,
                   "started_at": started_at, "waiting_for": _dumps(waiting_for),
-                  "signal": signal, "key": key, "owner": owner}
+                  "signal": signal, "key": key_digest(key), "owner": owner}
         sql = queries.STEP_WAITING + (queries.LEASED if owner is not None else "")
 
         def job(conn: Connection) -> None:
@@ -100,10 +112,11 @@ class StepWaits(UsesBackend):
     async def fire_due_timers(self, now: datetime | None = None, *, run_id: str | None = None,
                               limit: int = 500) -> list[tuple[str, str]]:
         """Take the timers due by ``now`` (of ``run_id`` alone, when given) and end their
-        steps, in one transaction; the ``(run id, step)`` of those that ended here."""
+        steps, in one transaction; the ``(run id, step)`` of those that ended here. Without
+        ``now``, due by the lease clock: the database server's on PostgreSQL, as for leases."""
+        sql = queries.take_due_timers(of_run=run_id is not None, by_lease_clock=now is None)
         now = now or utcnow()
-        sql = queries.take_due_timers(of_run=run_id is not None)
-        params = {"now": now, "limit": limit, "run_id": run_id}
+        params = {"now": now, "limit": limit, "run_id": run_id, **lease_times(0, now)}
 
         def job(conn: Connection) -> list[tuple[str, str]]:
             ended = []
@@ -129,7 +142,8 @@ class StepWaits(UsesBackend):
         """Approve or reject a waiting ``approval`` step, committed before this returns; the
         decision stored. :class:`RunConflict` for a step already decided or not waiting."""
         full = await resolve(self.db, run_id)
-        decision = {"approved": approved, "comment": clean_text(comment) or None, "by": by}
+        decision = {"approved": approved, "comment": clean_text(scrub(comment)) or None,
+                    "by": by}
         end = WaitEnd(StepStatus.SUCCEEDED.value, "true" if approved else "false", decision)
         now = utcnow()
 
@@ -158,13 +172,13 @@ class StepWaits(UsesBackend):
         ``(run id, step)``."""
         sql = queries.SIGNALLED_STEPS + (" AND wait_key IS NULL" if key is None
                                          else " AND wait_key = :key")
-        end = WaitEnd(StepStatus.SUCCEEDED.value, body,
-                      {"signal": signal, "key": key, "by": by})
+        end = WaitEnd(StepStatus.SUCCEEDED.value, scrub(body) or "",
+                      {"signal": signal, "key": scrub(key), "by": by})
         now = utcnow()
 
         def job(conn: Connection) -> list[tuple[str, str]]:
-            matched = sorted((r["run_id"], r["name"])
-                             for r in conn.read(sql, {"signal": signal, "key": key}))
+            matched = sorted((r["run_id"], r["name"]) for r in
+                             conn.read(sql, {"signal": signal, "key": key_digest(key)}))
             for run_id, name in matched:  # every timer first (see the module)
                 conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
             return [(run_id, name) for run_id, name in matched
