@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Mapping
 from functools import partial
 
@@ -35,6 +36,7 @@ from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
 from brain.store.base import RunStore
 
 _Running = dict[asyncio.Task[Outcome], Unit]
+log = logging.getLogger("brain.runner")
 
 
 class RunExecution:
@@ -170,12 +172,17 @@ class RunExecution:
     async def _let_go(self) -> bool:
         """Only waits are left: let go of the run (``waiting``, no lease) unless a wait
         ended meanwhile (then hand it on), a cancel came or the lease is lost."""
-        if await self.store.park_run(self.run_id, self.lease.owner, self.room.seen):
-            self.parked = True
-            return True
-        if await self.room.look():
-            return False
-        ours, cancel = await self.store.heartbeat(self.run_id, self.lease.owner, None)
+        try:
+            if await self.store.park_run(self.run_id, self.lease.owner, self.room.seen):
+                self.parked = True
+                return True
+            if await self.room.look():
+                return False
+            ours, cancel = await self.store.heartbeat(self.run_id, self.lease.owner, None)
+        except Exception as exc:  # a busy database: the run goes on holding its lease
+            log.warning("run %s: cannot let go of the run while its steps wait (%s); "
+                        "trying again", self.run_id, internal_error(exc))
+            ours, cancel = True, False
         if not ours:
             self.lease.lose()
         elif cancel:

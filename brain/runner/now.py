@@ -153,12 +153,17 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
         row = await store.run_row(run_id)
         if row is None or row.status in {s.value for s in FINISHED_RUN}:
             return await store.get_run(run_id)
-        if row.status == RunStatus.QUEUED.value:
+        expired = row.status == RunStatus.RUNNING.value and (
+            row.lease_expires_at is None or row.lease_expires_at < utcnow())
+        if row.status == RunStatus.QUEUED.value or expired:
+            # Woken from its waits, or its executor since died (a server that took it):
+            # taken here, unless someone else takes it first.
             owner = new_owner()
             if await store.claim_run(run_id, owner, lease_seconds()):
-                await execute_claimed(wf, store, run_id, owner, first_start=False, woken=True,
-                                      on_event=on_event, on_log=on_log, executors=executors)
-            continue
+                await execute_claimed(wf, store, run_id, owner, first_start=False,
+                                      woken=not expired, on_event=on_event, on_log=on_log,
+                                      executors=executors)
+                continue
         if row.status == RunStatus.WAITING.value:
             run = await store.get_run(run_id)
             waiting = [s for s in run.steps.values() if s.status == StepStatus.WAITING]
@@ -170,8 +175,8 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
                 continue
         delay = FOREGROUND_LOOK_SECONDS
         due = await store.next_timer(run_id)
-        if due is not None:
-            delay = min(delay, max((due - utcnow()).total_seconds(), 0.0))
+        if due is not None:  # (not sooner than 50 ms: "due" may be another clock's say)
+            delay = min(delay, max((due - utcnow()).total_seconds(), 0.05))
         await asyncio.sleep(delay)
 
 

@@ -155,5 +155,5 @@ class WaitRoom:
                 if due is not None and due <= utcnow():
                     await self.store.fire_due_timers(run_id=self.run_id)
                 elif due is not None:
-                    delay = min(delay, (due - utcnow()).total_seconds())
+                    delay = min(delay, max((due - utcnow()).total_seconds(), 0.05))
                 await self.look()
