@@ -32,7 +32,7 @@ from brain._errors import RunConflict
 from brain.results import TriggerData, WaitEnd, WaitTimer
 from brain.store import Store
 
-ATTEMPTS = 80
+ATTEMPTS = 40
 
 
 async def waiting_run(store: Store) -> str:
@@ -114,7 +114,7 @@ def test_over_http_a_decision_or_cancel_racing_the_other_never_answers_500(
     try:
         server.wait_healthy()
         run_ids = []
-        for i in range(60):
+        for i in range(30):
             r = server.client.post("/api/workflows/gate/runs",
                                    json={"body": str(tmp_path / f"mark-{i}")})
             assert r.status_code == 202, r.text
