@@ -63,7 +63,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                           executors: Mapping[str, Executor] | None = None,
                           abandon_on_cancel: Callable[[], bool] | None = None,
                           loaded: Mapping[str, RunnableWorkflow] | None = None,
-                          row: RunRecord | None = None, wakes: int | None = None) -> RunResult:
+                          row: RunRecord | None = None) -> RunResult:
     """Execute a run this ``owner`` has just claimed (see :func:`execute_run`).
 
     ``first_start``: the run was queued until now, so ``{previous.X}`` is
@@ -72,8 +72,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     workflows as the serving process has them now (failure handlers are queued as
     it has them). ``woken``: the run was let go of with every step left waiting, and taken
     again from the queue once a wait ended (no process of it can be left running).
-    ``row`` and ``wakes``: the run's record and wake count, when the caller read them at
-    or after the claim (they are read here otherwise).
+    ``row``: the run's record, when the caller read it after the claim (it is read here
+    otherwise).
     """
     lease = lease_seconds()
     row = row or await store.run_row(run_id)
@@ -87,7 +87,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
         if await _ended_before_start(wf, store, row, owner, first_start, loaded):
             return await store.get_run(run_id)
         # Read before the steps: a wait that ends after this is noticed (SPEC §16).
-        waits = WaitsFound() if first_start else await WaitsFound.read(store, run_id, wakes)
+        waits = WaitsFound() if first_start else await WaitsFound.read(store, run_id)
         previous, states = await _reset_for_start(wf, store, row, owner, first_start,
                                                   keep=waits.waiting | set(waits.failed))
     except LeaseLost:

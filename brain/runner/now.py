@@ -18,6 +18,7 @@ from brain.runner.claimed import execute_claimed, lease_seconds
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, LogHandler, StepEvent
 from brain.runner.queueing import new_run
+from brain.runner.waiting import fire_when_due
 from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
 from brain.store.base import RunStore
 
@@ -151,7 +152,7 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
         if on_event is not None and told:  # waits that ended while nobody executed the run
             told = await _tell_ended(store, run_id, told, on_event)
         row = await store.run_row(run_id)
-        if row is None or row.status in {s.value for s in FINISHED_RUN}:
+        if row is None or row.status in FINISHED_RUN:
             return await store.get_run(run_id)
         expired = row.status == RunStatus.RUNNING.value and (
             row.lease_expires_at is None or row.lease_expires_at < utcnow())
@@ -171,13 +172,9 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
             if waiting and names != told:
                 told = names
                 tell(run, waiting)
-            if await store.fire_due_timers(run_id=run_id):
-                continue
-        delay = FOREGROUND_LOOK_SECONDS
-        due = await store.next_timer(run_id)
-        if due is not None:  # (not sooner than 50 ms: "due" may be another clock's say)
-            delay = min(delay, max((due - utcnow()).total_seconds(), 0.05))
-        await asyncio.sleep(delay)
+        fired, wait = await fire_when_due(store, run_id=run_id)
+        if not fired:
+            await asyncio.sleep(min(FOREGROUND_LOOK_SECONDS, wait or FOREGROUND_LOOK_SECONDS))
 
 
 async def _tell_ended(store: RunStore, run_id: str, told: frozenset[str],

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from brain._clock import utcnow
@@ -45,15 +46,31 @@ class WaitsFound:
     failed: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    async def read(cls, store: RunStore, run_id: str, wakes: int | None = None) -> WaitsFound:
-        """Read them (the wake count first, unless given: read at the claim)."""
-        if wakes is None:
-            wakes = await store.run_wakes(run_id)
+    async def read(cls, store: RunStore, run_id: str) -> WaitsFound:
+        """Read them (the wake count first)."""
+        wakes = await store.run_wakes(run_id)
         states = await store.waited_steps(run_id)
         return cls(wakes, frozenset(n for n, (status, _, _) in states.items()
                                     if status == "waiting"),
                    {n: error or status for n, (status, _, error) in states.items()
                     if status == "failed"})
+
+
+async def fire_when_due(store: RunStore, *, run_id: str | None = None,
+                        slack: timedelta = timedelta(0),
+                        limit: int = 500) -> tuple[list[tuple[str, str]], float | None]:
+    """Fire the due timers (of ``run_id`` alone, when given), looking from ``slack`` before
+    the next one's due time by this machine's clock (whether it is due is the database's
+    clock's say on PostgreSQL). Returns the ``(run id, step)`` of the steps it ended, and
+    the seconds until the next timer is due by this clock (at least 0.05 s, so that
+    another clock's "not yet" is not asked again at once; ``None``: no timer)."""
+    due = await store.next_timer(run_id)
+    if due is None:
+        return [], None
+    fired: list[tuple[str, str]] = []
+    if due <= utcnow() + slack:
+        fired = await store.fire_due_timers(run_id=run_id, limit=limit)
+    return fired, max((due - utcnow()).total_seconds(), 0.05)
 
 
 class WaitRoom:
@@ -110,8 +127,8 @@ class WaitRoom:
 
     async def wait(self, name: str) -> WaitState:
         """Await the end of step ``name``, which the store has ``waiting``."""
-        ended = self.ended.get(name)
-        if ended is not None and ended[0] != "waiting":
+        ended = self.ended.get(name)  # (only steps whose wait ended are kept there)
+        if ended is not None:
             return ended
         future = self.waiting.get(name)
         if future is None or future.done():
@@ -151,9 +168,6 @@ class WaitRoom:
             if not self.waiting:
                 continue
             with contextlib.suppress(Exception):  # a busy database: the next look
-                due = await self.store.next_timer(self.run_id)
-                if due is not None and due <= utcnow():
-                    await self.store.fire_due_timers(run_id=self.run_id)
-                elif due is not None:
-                    delay = min(delay, max((due - utcnow()).total_seconds(), 0.05))
+                _, wait = await fire_when_due(self.store, run_id=self.run_id)
+                delay = min(delay, wait or delay)
                 await self.look()

@@ -131,14 +131,14 @@ class RunTaker:
         limited = [n for n, wf in workflows.items() if wf.spec.max_concurrent_runs]
         if not limited:  # one statement claims: nothing to count first
             queued = await self.store.take_next(list(workflows), self.owner, lease_seconds())
-            return None if queued is None else (queued[0], not queued[1], queued[1])
-        # Counting and claiming together, so two takers of this process cannot both see
-        # room under max_concurrent_runs and both take a run.
-        async with self._claim_lock:
-            active = {n: await self.store.count_active(workflow=n, status="running")
-                      for n in limited}
-            queued = await self.store.take_next(self._eligible(active), self.owner,
-                                                lease_seconds())
+        else:
+            # Counting and claiming together, so two takers of this process cannot both see
+            # room under max_concurrent_runs and both take a run.
+            async with self._claim_lock:
+                active = {n: await self.store.count_active(workflow=n, status="running")
+                          for n in limited}
+                queued = await self.store.take_next(self._eligible(active), self.owner,
+                                                    lease_seconds())
         return None if queued is None else (queued[0], not queued[1], queued[1])
 
     async def _taker(self) -> None:
@@ -250,7 +250,7 @@ class RunTaker:
         """Fire the timers of waiting steps as they fall due, whoever recorded them (SPEC
         §16): each is taken by one process (see ``brain.store.waits``), its step ended and its
         run queued again, to be taken here or anywhere."""
-        from brain._clock import utcnow
+        from brain.runner.waiting import fire_when_due
 
         # Due by the database's clock on PostgreSQL, which may differ from this machine's a
         # little: look from a little before, by this one's (SQLite: this machine's clock).
@@ -258,19 +258,14 @@ class RunTaker:
             else timedelta(0)
         while not self.stopping:
             try:
-                due = await self.store.next_timer()
-                if due is not None and due <= utcnow() + slack:
-                    fired = await self.store.fire_due_timers(limit=FIRE_BATCH)
-                    if fired:
-                        self.wake.set()
-                    if len(fired) >= FIRE_BATCH:
-                        continue  # more may be due
+                fired, wait = await fire_when_due(self.store, slack=slack, limit=FIRE_BATCH)
+                if fired:
+                    self.wake.set()
+                if len(fired) >= FIRE_BATCH:
+                    continue  # more may be due
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("cannot fire the timers of waiting steps; retrying")
-                due = None
-            delay = TIMER_LOOK_SECONDS
-            if due is not None:
-                delay = min(delay, max((due - utcnow()).total_seconds(), 0.01))
-            await asyncio.sleep(delay)
+                wait = None
+            await asyncio.sleep(min(TIMER_LOOK_SECONDS, wait or TIMER_LOOK_SECONDS))

@@ -261,8 +261,7 @@ class MemoryStore(MemoryWaits, MemoryQueue):
         if r.status in (RunStatus.QUEUED.value, RunStatus.WAITING.value) or abandoned:
             self._set(run, status=RunStatus.CANCELLED.value, error="cancelled", ended_at=now,
                       lease_owner=None, lease_expires_at=None)
-            for key in [k for k in self._timers if k[0] == run.record.id]:
-                del self._timers[key]
+            self._drop_timers({run.record.id})
             for step in run.steps.values():
                 if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value,
                                    StepStatus.WAITING.value):
@@ -278,8 +277,7 @@ class MemoryStore(MemoryWaits, MemoryQueue):
                and run.record.ended_at < finished_before]
         for rid in old:
             del self._runs[rid]
-        for key in [k for k in self._timers if k[0] in old]:
-            del self._timers[key]
+        self._drop_timers(set(old))
         self._prune_fires_and_workers(finished_before)
         return len(old)
 

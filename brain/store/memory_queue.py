@@ -125,8 +125,7 @@ class MemoryQueue(MemoryState):
                 if step.status in (StepStatus.PENDING.value, StepStatus.RUNNING.value,
                                    StepStatus.WAITING.value):
                     step.status, step.error, step.ended_at = StepStatus.SKIPPED.value, message, now
-            for key in [k for k in self._timers if k[0] == run.record.id]:
-                del self._timers[key]
+            self._drop_timers({run.record.id})
             failed.append(run.record.id)
         return failed
 

@@ -8,7 +8,7 @@ as their JSON would read back, text with lone surrogates replaced.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -81,6 +81,11 @@ class MemoryState:
         #: (run id, step) → (due time, JSON of its ``WaitEnd``): the timers of waiting steps.
         self._timers: dict[tuple[str, str], tuple[datetime, str]] = {}
         self._open = opened
+
+    def _drop_timers(self, run_ids: Collection[str]) -> None:
+        """Forget the timers of the runs ``run_ids`` (cancelled, failed or pruned)."""
+        for key in [k for k in self._timers if k[0] in run_ids]:
+            del self._timers[key]
 
     def _run(self, run_id: str) -> MemoryRun:
         run = self._runs.get(run_id)

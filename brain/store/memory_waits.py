@@ -7,11 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from brain._clock import utcnow
-from brain._errors import RunConflict, StepNotFound
-from brain._secrets import scrub
+from brain._errors import StepNotFound
 from brain.results import RunStatus, StepStatus, WaitEnd, WaitTimer, clean_text
 from brain.store.memory_state import MemoryRun, MemoryState, as_json, as_stored
-from brain.store.waits import key_digest
+from brain.store.waits import approval_end, check_approval, key_digest, not_decided, signal_end
 
 
 class MemoryWaits(MemoryState):
@@ -98,25 +97,17 @@ class MemoryWaits(MemoryState):
         found = run.steps.get(step)
         if found is None:
             raise StepNotFound(f"run {full[:12]} has no step {step!r}")
-        if found.kind != "approval":
-            raise RunConflict(f"step {step!r} is a {found.kind} step, not an approval: "
-                              f"it takes no decision")
-        decision = {"approved": approved, "comment": clean_text(scrub(comment)) or None,
-                    "by": by}
+        check_approval(full, step, found.kind)
+        end = approval_end(approved, comment, by)
         now = utcnow()
-        if not self._end_wait(run, step, WaitEnd(StepStatus.SUCCEEDED.value,
-                                                 "true" if approved else "false", decision), now):
-            if found.decision:
-                raise RunConflict(f"step {step!r} of run {full[:12]}: already decided")
-            raise RunConflict(f"step {step!r} of run {full[:12]} is not waiting for a "
-                              f"decision (it is {found.status})")
-        return {**decision, "at": now.isoformat()}
+        if not self._end_wait(run, step, end, now):
+            raise not_decided(full, step, found.status, bool(found.decision))
+        return {**(end.decision or {}), "at": now.isoformat()}
 
     async def send_signal(self, signal: str, key: str | None = None, body: str = "", *,
                           by: str = "api") -> list[tuple[str, str]]:
         """End every step waiting for ``signal`` with ``key``."""
-        end = WaitEnd(StepStatus.SUCCEEDED.value, scrub(body) or "",
-                      {"signal": signal, "key": scrub(key), "by": by})
+        end = signal_end(signal, key, body, by)
         digest = key_digest(key)
         now = utcnow()
         resumed = []

@@ -44,6 +44,35 @@ def key_digest(key: str | None) -> str | None:
     return "sha256:" + hashlib.sha256(shown.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def approval_end(approved: bool, comment: str | None, by: str) -> WaitEnd:
+    """How a decision ends an approval: its output ``true``/``false``, and the decision
+    (the comment scrubbed of known secrets)."""
+    decision = {"approved": approved, "comment": clean_text(scrub(comment)) or None, "by": by}
+    return WaitEnd(StepStatus.SUCCEEDED.value, "true" if approved else "false", decision)
+
+
+def signal_end(signal: str, key: str | None, body: str, by: str) -> WaitEnd:
+    """How a signal ends a ``wait_for`` step: the body (scrubbed) as its output."""
+    return WaitEnd(StepStatus.SUCCEEDED.value, scrub(body) or "",
+                   {"signal": signal, "key": scrub(key), "by": by})
+
+
+def check_approval(run_id: str, step: str, kind: str) -> None:
+    """Only an approval takes a decision: :class:`RunConflict` for another kind of step."""
+    if kind != "approval":
+        raise RunConflict(f"step {step!r} is a {kind} step, not an approval: "
+                          f"it takes no decision")
+
+
+def not_decided(run_id: str, step: str, status: str, decided: bool) -> RunConflict:
+    """Why a decision for ``step`` changed nothing: it was decided already, or it is not
+    waiting."""
+    if decided or status == StepStatus.WAITING.value:
+        return RunConflict(f"step {step!r} of run {run_id[:12]}: already decided")
+    return RunConflict(f"step {step!r} of run {run_id[:12]} is not waiting for a decision "
+                       f"(it is {status})")
+
+
 def _dumps(value: dict[str, Any] | None) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
@@ -142,9 +171,7 @@ class StepWaits(UsesBackend):
         """Approve or reject a waiting ``approval`` step, committed before this returns; the
         decision stored. :class:`RunConflict` for a step already decided or not waiting."""
         full = await resolve(self.db, run_id)
-        decision = {"approved": approved, "comment": clean_text(scrub(comment)) or None,
-                    "by": by}
-        end = WaitEnd(StepStatus.SUCCEEDED.value, "true" if approved else "false", decision)
+        end = approval_end(approved, comment, by)
         now = utcnow()
 
         def job(conn: Connection) -> dict[str, Any]:
@@ -152,16 +179,11 @@ class StepWaits(UsesBackend):
             if not found:
                 raise StepNotFound(f"run {full[:12]} has no step {step!r}")
             row = found[0]
-            if row["kind"] != "approval":
-                raise RunConflict(f"step {step!r} is a {row['kind']} step, not an approval: "
-                                  f"it takes no decision")
+            check_approval(full, step, row["kind"])
             if row["status"] != StepStatus.WAITING.value or not end_wait(conn, full, step, end,
                                                                          now):
-                if row["decision"] or row["status"] == StepStatus.WAITING.value:
-                    raise RunConflict(f"step {step!r} of run {full[:12]}: already decided")
-                raise RunConflict(f"step {step!r} of run {full[:12]} is not waiting for a "
-                                  f"decision (it is {row['status']})")
-            return {**decision, "at": now.isoformat()}
+                raise not_decided(full, step, row["status"], bool(row["decision"]))
+            return {**(end.decision or {}), "at": now.isoformat()}
 
         return await self.db.atomically(job)
 
@@ -172,8 +194,7 @@ class StepWaits(UsesBackend):
         ``(run id, step)``."""
         sql = queries.SIGNALLED_STEPS + (" AND wait_key IS NULL" if key is None
                                          else " AND wait_key = :key")
-        end = WaitEnd(StepStatus.SUCCEEDED.value, scrub(body) or "",
-                      {"signal": signal, "key": scrub(key), "by": by})
+        end = signal_end(signal, key, body, by)
         now = utcnow()
 
         def job(conn: Connection) -> list[tuple[str, str]]:
