@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_support import BrainServer, brain_argv, clean_env
+from serve_support import BrainServer, brain_argv, clean_env, step_of
 from support import wait_for, write_source
 
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")
@@ -78,8 +78,7 @@ def run_json(server: BrainServer, run_id: str) -> dict[str, Any]:
     return dict(r.json())
 
 
-def step(run: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in run["steps"] if s["name"] == name)
+step = step_of
 
 
 def step_is(server: BrainServer, run_id: str, name: str, status: str) -> dict[str, Any] | None:

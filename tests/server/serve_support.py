@@ -169,10 +169,34 @@ class BrainServer:
                 raise AssertionError(f"run {run_id} never ended: {data}")
             time.sleep(0.05)
 
+    def start_run(self, workflow: str, body: str = "") -> str:
+        """Queue a run of ``workflow`` through the API; its id."""
+        r = self.client.post(f"/api/workflows/{workflow}/runs", json={"body": body})
+        assert r.status_code == 202, r.text
+        return str(r.json()["run_id"])
+
+    def wait_waiting(self, run_id: str, seconds: float = 20.0) -> dict[str, Any]:
+        """Poll (bounded) until the run is ``waiting`` (SPEC §16); return its JSON. A run
+        that ends first fails the test."""
+        deadline = time.monotonic() + seconds
+        while True:
+            data = self.run(run_id)
+            assert data["status"] not in FINISHED, data
+            if data["status"] == "waiting":
+                return data
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} never waited: {data}")
+            time.sleep(0.05)
+
     def run_ids(self, workflow: str) -> list[str]:
         r = self.client.get("/api/runs", params={"workflow": workflow, "limit": 1000})
         assert r.status_code == 200, r.text
         return [item["run_id"] for item in r.json()]
+
+
+def step_of(run: dict[str, Any], name: str) -> dict[str, Any]:
+    """The step ``name`` of a run's JSON."""
+    return next(s for s in run["steps"] if s["name"] == name)
 
 
 async def wait_run(client: Any, run_id: str, seconds: float = 20.0) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_support import FINISHED, BrainServer, brain_argv, clean_env
-from support import wait_for, write_source
+from serve_support import BrainServer, brain_argv, clean_env, step_of
+from support import write_source
 
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")
 
@@ -94,23 +94,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def start(server: BrainServer, workflow: str, body: str = "") -> str:
-    r = server.client.post(f"/api/workflows/{workflow}/runs", json={"body": body})
-    assert r.status_code == 202, r.text
-    return str(r.json()["run_id"])
-
-
-def waiting(server: BrainServer, run_id: str, seconds: float = 20.0) -> dict[str, Any]:
-    """Poll (bounded) until the run is ``waiting``; its JSON."""
-    def look() -> dict[str, Any] | None:
-        data = server.run(run_id)
-        assert data["status"] not in FINISHED, data
-        return data if data["status"] == "waiting" else None
-    return wait_for(look, seconds, f"run {run_id} to wait")
-
-
-def step(run: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in run["steps"] if s["name"] == name)
+step = step_of
 
 
 def brain(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -138,8 +122,8 @@ def test_approve_by_api_continues_the_run_and_stores_the_decision(served: Served
                                                                   tmp_path: Path) -> None:
     server = served.server
     marker = tmp_path / "shipped"
-    run_id = start(server, "gate", str(marker))
-    data = waiting(server, run_id)
+    run_id = server.start_run("gate", str(marker))
+    data = server.wait_waiting(run_id)
     assert step(data, "go")["waiting_for"]["prompt"] == f"Ship to {marker}?"
 
     r = server.client.post(f"/api/runs/{run_id}/steps/go/decision",
@@ -170,8 +154,8 @@ def test_approve_by_api_continues_the_run_and_stores_the_decision(served: Served
 def test_reject_by_api_skips_the_when_branch(served: Served, tmp_path: Path) -> None:
     server = served.server
     marker = tmp_path / "shipped"
-    run_id = start(server, "gate", str(marker))
-    waiting(server, run_id)
+    run_id = server.start_run("gate", str(marker))
+    server.wait_waiting(run_id)
     r = server.client.post(f"/api/runs/{run_id}/steps/go/decision", json={"approve": False})
     assert r.status_code == 200, r.text
     assert_decided(r.json(), approved=False, comment=None, by="api")
@@ -185,14 +169,14 @@ def test_reject_by_api_skips_the_when_branch(served: Served, tmp_path: Path) -> 
 def test_decisions_that_cannot_be_taken_answer_409_or_404(served: Served,
                                                           tmp_path: Path) -> None:
     server = served.server
-    run_id = start(server, "gate", str(tmp_path / "shipped"))
-    waiting(server, run_id)
+    run_id = server.start_run("gate", str(tmp_path / "shipped"))
+    server.wait_waiting(run_id)
     decide = f"/api/runs/{run_id}/steps/%s/decision"
 
     not_an_approval = server.client.post(decide % "ship", json={"approve": True})  # a shell step
     assert not_an_approval.status_code == 409, not_an_approval.text
-    gates = start(server, "two_gates")
-    waiting(server, gates)
+    gates = server.start_run("two_gates")
+    server.wait_waiting(gates)
     not_yet = server.client.post(f"/api/runs/{gates}/steps/second/decision",
                                  json={"approve": True})  # an approval not reached yet
     assert not_yet.status_code == 409, not_yet.text
@@ -226,8 +210,8 @@ def test_decisions_that_cannot_be_taken_answer_409_or_404(served: Served,
 def test_a_malformed_decision_answers_400_and_changes_nothing(served: Served, tmp_path: Path,
                                                               body: bytes) -> None:
     server = served.server
-    run_id = start(server, "gate", str(tmp_path / "shipped"))
-    waiting(server, run_id)
+    run_id = server.start_run("gate", str(tmp_path / "shipped"))
+    server.wait_waiting(run_id)
     r = server.client.post(f"/api/runs/{run_id}/steps/go/decision", content=body,
                            headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
@@ -239,10 +223,10 @@ def test_a_malformed_decision_answers_400_and_changes_nothing(served: Served, tm
 def test_approve_and_reject_by_cli(served: Served, tmp_path: Path) -> None:
     server, env = served.server, served.env
     yes_file, no_file = tmp_path / "yes", tmp_path / "no"
-    yes = start(server, "gate", str(yes_file))
-    no = start(server, "gate", str(no_file))
-    waiting(server, yes)
-    waiting(server, no)
+    yes = server.start_run("gate", str(yes_file))
+    no = server.start_run("gate", str(no_file))
+    server.wait_waiting(yes)
+    server.wait_waiting(no)
 
     approved = brain(env, "approve", yes, "go", "--comment", "ok by me")
     assert approved.returncode == 0, approved.stdout + approved.stderr
@@ -287,8 +271,8 @@ def test_timeouts_with_a_default_take_it_decided_by_timeout(served: Served,
                                                            tmp_path: Path) -> None:
     server = served.server
     marker = tmp_path / "shipped"
-    approval_run = start(server, "timed_default", str(marker))
-    signal_run = start(server, "signal_default")
+    approval_run = server.start_run("timed_default", str(marker))
+    signal_run = server.start_run("signal_default")
 
     run = server.wait_run(approval_run)
     assert run["status"] == "succeeded", run
@@ -308,7 +292,7 @@ def test_timeouts_with_a_default_take_it_decided_by_timeout(served: Served,
 def test_a_timeout_without_a_default_fails_the_run_once(served: Served, tmp_path: Path) -> None:
     server = served.server
     marker = tmp_path / "shipped"
-    run_id = start(server, "timed_strict", str(marker))
+    run_id = server.start_run("timed_strict", str(marker))
     run = server.wait_run(run_id)
     assert run["status"] == "failed", run
     assert "no decision within 1s" in run["error"]
@@ -325,7 +309,7 @@ def test_a_timeout_without_a_default_fails_the_run_once(served: Served, tmp_path
 def test_a_timeout_without_a_default_leaves_the_step_failed_with_its_error(
         served: Served, tmp_path: Path) -> None:
     server = served.server
-    run = server.wait_run(start(server, "timed_strict", str(tmp_path / "shipped")))
+    run = server.wait_run(server.start_run("timed_strict", str(tmp_path / "shipped")))
     go = step(run, "go")
     assert go["status"] == "failed", go
     assert go["error"] == "no decision within 1s"
@@ -338,9 +322,9 @@ def test_a_keyed_signal_by_api_resumes_only_the_runs_with_its_key(served: Served
     server = served.server
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-a", f"{tag}-b", f"{tag}-c"]
-    runs = {key: start(server, "ci", key) for key in keys}
+    runs = {key: server.start_run("ci", key) for key in keys}
     for run_id in runs.values():
-        waiting(server, run_id)
+        server.wait_waiting(run_id)
 
     r = server.client.post("/api/signals/ci-finished",
                            json={"key": keys[1], "body": {"ok": True, "n": [1, 2]}})
@@ -371,9 +355,9 @@ def test_a_keyed_signal_by_cli_resumes_only_the_runs_with_its_key(served: Served
     server, env = served.server, served.env
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-a", f"{tag}-b", f"{tag}-c"]
-    runs = {key: start(server, "ci", key) for key in keys}
+    runs = {key: server.start_run("ci", key) for key in keys}
     for run_id in runs.values():
-        waiting(server, run_id)
+        server.wait_waiting(run_id)
 
     sent = brain(env, "signal", "ci-finished", "--key", keys[1], "--body", '{"ok": true}',
                  "--json")

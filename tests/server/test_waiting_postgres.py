@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_support import FINISHED, BrainServer, brain_argv, clean_env
+from serve_support import FINISHED, BrainServer, brain_argv, clean_env, step_of
 from support import upgraded_schema, wait_for, write_source
 
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")
@@ -67,8 +67,7 @@ def at(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def step(run: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in run["steps"] if s["name"] == name)
+step = step_of
 
 
 def lines(path: Path) -> list[str]:

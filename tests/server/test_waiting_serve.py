@@ -23,11 +23,10 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from serve_support import FINISHED, BrainServer, brain_argv, clean_env
+from serve_support import BrainServer, brain_argv, clean_env, step_of
 from support import wait_for, write_source
 
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")
@@ -55,23 +54,7 @@ def serve(folder: Path, tmp_path: Path, servers: list[BrainServer], *extra: str,
     return server
 
 
-def start(server: BrainServer, workflow: str, body: str = "") -> str:
-    r = server.client.post(f"/api/workflows/{workflow}/runs", json={"body": body})
-    assert r.status_code == 202, r.text
-    return str(r.json()["run_id"])
-
-
-def waiting(server: BrainServer, run_id: str, seconds: float = 20.0) -> dict[str, Any]:
-    """Poll (bounded) until the run is ``waiting``; its JSON."""
-    def look() -> dict[str, Any] | None:
-        data = server.run(run_id)
-        assert data["status"] not in FINISHED, data
-        return data if data["status"] == "waiting" else None
-    return wait_for(look, seconds, f"run {run_id} to wait")
-
-
-def step(run: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in run["steps"] if s["name"] == name)
+step = step_of
 
 
 def at(text: str) -> datetime:
@@ -119,14 +102,14 @@ def test_a_sleeping_run_frees_its_slot_and_wakes_on_time(tmp_path: Path,
     ''')
     server = serve(folder, tmp_path, servers, "--concurrency", "1")
     base = tmp_path / "napper"
-    sleeper = start(server, "napper", str(base))
-    nap = step(waiting(server, sleeper), "nap")
+    sleeper = server.start_run("napper", str(base))
+    nap = step(server.wait_waiting(sleeper), "nap")
     wake = at(nap["waiting_for"]["until"])
     assert metric(server, r'brain_runs_waiting\{kind="sleep",workflow="napper"\}') == 1.0
     # Nothing executes while it sleeps (the gauge drops just after the run is let go of).
     wait_for(lambda: metric(server, "brain_runs_executing") == 0.0, 5, "no run executing")
 
-    other = server.wait_run(start(server, "quick"))
+    other = server.wait_run(server.start_run("quick"))
     still = server.run(sleeper)
     # The only slot was free: the other run ended while the sleeper still slept.
     assert other["status"] == "succeeded", other
@@ -169,8 +152,8 @@ def test_sleeps_survive_kill_9_and_continue_once(tmp_path: Path,
     ''')
     first = serve(folder, tmp_path, servers)
     bases = {"short_nap": tmp_path / "short", "long_nap": tmp_path / "long"}
-    runs = {wf: start(first, wf, str(base)) for wf, base in bases.items()}
-    wakes = {wf: at(step(waiting(first, run_id), "nap")["waiting_for"]["until"])
+    runs = {wf: first.start_run(wf, str(base)) for wf, base in bases.items()}
+    wakes = {wf: at(step(first.wait_waiting(run_id), "nap")["waiting_for"]["until"])
              for wf, run_id in runs.items()}
     first.kill()  # kill -9, both runs waiting
 
@@ -208,8 +191,8 @@ def test_a_run_continued_after_its_workflow_changed_fails(tmp_path: Path,
     write_source(folder, "deploy.py", source % "old")
     first = serve(folder, tmp_path, servers)
     marker = tmp_path / "deployed"
-    run_id = start(first, "deploy", str(marker))
-    waiting(first, run_id)
+    run_id = first.start_run("deploy", str(marker))
+    first.wait_waiting(run_id)
     assert first.stop() == 0  # a graceful stop leaves the waiting run waiting
 
     write_source(folder, "deploy.py", source % "new")  # another definition
@@ -239,8 +222,8 @@ def test_a_waiting_run_is_cancelled_at_once_and_its_timer_never_continues_it(
     env = clean_env(tmp_path / "brain.db")
     server = serve(folder, tmp_path, servers, env=env)
     bases = {how: tmp_path / how for how in ("api", "cli", "kept")}
-    runs = {how: start(server, "napper", str(base)) for how, base in bases.items()}
-    wake = max(at(step(waiting(server, run_id), "nap")["waiting_for"]["until"])
+    runs = {how: server.start_run("napper", str(base)) for how, base in bases.items()}
+    wake = max(at(step(server.wait_waiting(run_id), "nap")["waiting_for"]["until"])
                for run_id in runs.values())
 
     r = server.client.post(f"/api/runs/{runs['api']}/cancel")
@@ -291,7 +274,7 @@ def test_a_thousand_waiting_runs_do_not_slow_a_new_one(tmp_path: Path,
 
     def quick_run() -> float:
         t0 = time.monotonic()
-        run = server.wait_run(start(server, "quick"), seconds=30)
+        run = server.wait_run(server.start_run("quick"), seconds=30)
         assert run["status"] == "succeeded", run
         return time.monotonic() - t0
 
