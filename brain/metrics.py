@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from brain.dsl.model import WAIT_KINDS
+
 #: Webhook delivery outcomes, as counted.
 DELIVERY_OUTCOMES = ("accepted", "duplicate", "refused", "too_large", "throttled")
 
@@ -54,11 +56,8 @@ class Metrics:
                 counts = await waiting()
                 self.waiting.clear()
                 for workflow, kind, n in counts:
-                    self.waiting.labels(workflow, WAIT_LABELS.get(kind, kind)).set(n)
+                    self.waiting.labels(workflow, WAIT_KINDS.get(kind, kind)).set(n)
         except Exception:  # a busy database: the last known figures stand
             pass
         return bytes(generate_latest(self.registry))
 
-
-#: The ``kind`` label of ``brain_runs_waiting``, by step kind.
-WAIT_LABELS = {"sleep": "sleep", "approval": "approval", "wait_for": "signal"}

@@ -12,7 +12,7 @@ import json
 
 from brain._errors import RunConflict
 from brain.cli import render
-from brain.dsl.waits import SIGNAL_NAME
+from brain.dsl.waits import SIGNAL_NAME, SIGNAL_NAME_RULE
 
 #: The largest signal body taken (as a webhook's or the API's body).
 MAX_SIGNAL_BODY = 1024 * 1024
@@ -42,8 +42,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if len(args.body.encode("utf-8", "surrogatepass")) > MAX_SIGNAL_BODY:
         raise ValueError(f"--body is larger than {MAX_SIGNAL_BODY // 1024 // 1024} MiB")
     if not SIGNAL_NAME.match(args.signal):
-        raise ValueError(f"bad signal name {args.signal!r}: letters, digits and . _ : - "
-                         f"(at most 200 characters)")
+        raise ValueError(f"bad signal name {args.signal!r}: {SIGNAL_NAME_RULE}")
     resumed = in_store(lambda store: store.send_signal(args.signal, args.key, args.body,
                                                        by="cli"))
     if args.json:

@@ -176,8 +176,9 @@ class WaitForStepSpec(StepSpec):
     default: str | None = None
 
 
-#: The kinds of step that wait (SPEC §16).
-WAIT_KINDS = frozenset({"sleep", "approval", "wait_for"})
+#: The kinds of step that wait (SPEC §16), each with what it waits for as shown and counted
+#: (``waiting_for.kind``, the ``kind`` label of ``brain_runs_waiting``).
+WAIT_KINDS = {"sleep": "sleep", "approval": "approval", "wait_for": "signal"}
 
 AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec | McpStepSpec
                         | SleepStepSpec | ApprovalStepSpec | WaitForStepSpec,

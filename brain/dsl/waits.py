@@ -21,6 +21,8 @@ from brain.dsl.tracing import Tracer, require_tracer
 
 #: What a signal's name may hold: it is a part of a URL (``POST /api/signals/{signal}``).
 SIGNAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+#: :data:`SIGNAL_NAME` in words, for the messages that refuse a name.
+SIGNAL_NAME_RULE = "letters, digits and . _ : - (at most 200 characters)"
 
 
 def parse_until(text: str) -> datetime:
@@ -153,7 +155,7 @@ def wait_for(name: str, signal: str, *, key: object = None, timeout: object = No
     if not isinstance(signal, str) or not SIGNAL_NAME.match(signal):
         shown = repr(signal) if isinstance(signal, str) else f"of type {type(signal).__name__}"
         raise tracer.error(name, f"bad signal name {shown}: the signal is written literally, "
-                                 f"letters, digits and . _ : - (at most 200 characters)")
+                                 f"{SIGNAL_NAME_RULE}")
     key_text = None if key is None else tracer.template(name, "key", key, refs)
     opts = _options(tracer, name, timeout, timeout_seconds, retries, retry_delay_seconds)
     seconds = opts["timeout_seconds"]

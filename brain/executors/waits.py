@@ -16,13 +16,10 @@ from typing import Any
 from brain._clock import duration_text, utcnow
 from brain._errors import StepFailed
 from brain._secrets import scrub
-from brain.dsl.model import ApprovalStepSpec, SleepStepSpec, StepSpec, WaitForStepSpec
+from brain.dsl.model import WAIT_KINDS, ApprovalStepSpec, SleepStepSpec, StepSpec, WaitForStepSpec
 from brain.dsl.waits import parse_until
 from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
 from brain.results import StepStatus, WaitEnd
-
-#: A wait's kind as it is shown and counted (``brain_runs_waiting``), by step kind.
-WAIT_KIND = {"sleep": "sleep", "approval": "approval", "wait_for": "signal"}
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,7 @@ class WaitExecutor:
     def prepare(self, spec: Any, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         """Resolve what the step waits for; a bad ``until`` fails the step."""
         now = utcnow()
-        shown: dict[str, Any] = {"kind": WAIT_KIND[spec.kind]}
+        shown: dict[str, Any] = {"kind": WAIT_KINDS[spec.kind]}
         if isinstance(spec, SleepStepSpec):
             if spec.until is not None:
                 text = resolve(spec.until, False)
@@ -122,4 +119,4 @@ class WaitExecutor:
 
 def wait_executors() -> dict[str, WaitExecutor]:
     """One executor per kind of step that waits."""
-    return {kind: WaitExecutor(kind) for kind in WAIT_KIND}
+    return {kind: WaitExecutor(kind) for kind in WAIT_KINDS}

@@ -23,7 +23,7 @@ from litestar.response import ServerSentEvent
 from litestar.types import ControllerRouterHandler
 
 from brain._clock import utcnow
-from brain.dsl.waits import SIGNAL_NAME
+from brain.dsl.waits import SIGNAL_NAME, SIGNAL_NAME_RULE
 from brain.results import TriggerData, clean_text
 from brain.server import security, webhooks
 from brain.server.access import ServiceAccess, provide_access, provide_changes
@@ -252,8 +252,7 @@ async def send_signal(brain: NamedDependency[ServiceAccess], signal: FromPath[st
     it continued (empty when nothing waited)."""
     data = data or SignalRequest()
     if not SIGNAL_NAME.match(signal):
-        raise HTTPException(status_code=400, detail="a signal's name is letters, digits and "
-                                                    ". _ : - (at most 200 characters)")
+        raise HTTPException(status_code=400, detail=f"a signal's name is {SIGNAL_NAME_RULE}")
     body = data.body if isinstance(data.body, str) else "" if data.body is None else \
         json.dumps(data.body, ensure_ascii=False, separators=(",", ":"))
     resumed = await brain.signal(signal, data.key, clean_text(body) or "")
