@@ -122,6 +122,17 @@ class StepResult(BaseModel):
     #: How an approval or a ``wait_for`` step was decided: ``approved`` (approvals),
     #: ``comment``, ``by`` (``console``, ``cli``, ``api``, ``signal``, ``timeout``), ``at``.
     decision: dict[str, Any] | None = None
+    #: Tokens an LLM step spent, every try and re-ask counted (SPEC §18):
+    #: ``prompt_tokens``, ``completion_tokens``.
+    usage: dict[str, int] | None = None
+    #: The latest progress an MCP server reported for the step (SPEC §17): ``progress``,
+    #: ``total`` and ``message`` as it sent them.
+    progress: dict[str, Any] | None = None
+
+
+#: A step as a watcher of changes compares it: kind, status, tries and its latest progress
+#: (as stored, JSON text).
+StepState = tuple[str, str, int, "str | None"]
 
 
 class RunResult(BaseModel):
@@ -196,9 +207,12 @@ class LogBatch:
     lines: tuple[LogLine, ...] = ()
     drop: tuple[int, int] | None = None
     note: LogLine | None = None
+    #: The step's latest progress, when it changed since the last write (SPEC §17).
+    progress: dict[str, Any] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.lines) or self.drop is not None or self.note is not None
+        return (bool(self.lines) or self.drop is not None or self.note is not None
+                or self.progress is not None)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The workflow language: step helpers, triggers, tracing and the workflow model (plain
 specs). ``@workflow`` and the runnable :class:`brain.Workflow` live in :mod:`brain.workflow`."""
 
-from brain.dsl.helpers import llm, mcp_tool, secret, shell
+from brain.dsl.helpers import llm, secret, shell
+from brain.dsl.mcp import mcp_tool
 from brain.dsl.model import WorkflowGraph, WorkflowSpec
 from brain.dsl.nodes import StepNode, trigger
 from brain.dsl.step import step

@@ -1,14 +1,14 @@
-"""Step helpers: ``shell()``, ``llm()``, ``mcp_tool()`` and ``secret()``; each records a step."""
+"""Step helpers: ``shell()``, ``llm()`` and ``secret()``; each records a step (``mcp_tool()``
+is in :mod:`brain.dsl.mcp`)."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 
 from pydantic import SecretStr
 
 from brain import placeholders, shell_check
-from brain.dsl.model import LlmStepSpec, McpStepSpec, SecretRef, ShellStepSpec
+from brain.dsl.model import LlmStepSpec, SecretRef, ShellStepSpec
 from brain.dsl.nodes import StepNode, _Lazy
 from brain.dsl.tracing import Tracer, require_tracer
 
@@ -86,7 +86,7 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
         if problem:
             raise tracer.error(name, f"argv: {problem}")
     stdin_text = None if stdin is None else tracer.template(name, "stdin", stdin, refs)
-    env_values = _env_templates(tracer, name, env, refs)
+    env_values = env_templates(tracer, name, env, refs)
     if cwd is not None and not isinstance(cwd, str):
         raise tracer.error(name, "cwd must be a string path")
     after_names = tracer.after_names(name, after)
@@ -155,7 +155,7 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
     return tracer.add(spec)
 
 
-def _env_templates(tracer: Tracer, step: str, env: Mapping[str, object] | None,
+def env_templates(tracer: Tracer, step: str, env: Mapping[str, object] | None,
                    refs: list[str]) -> dict[str, str | SecretRef]:
     """``env=`` values as templates (or secrets), with checked variable names."""
     values: dict[str, str | SecretRef] = {}
@@ -165,94 +165,3 @@ def _env_templates(tracer: Tracer, step: str, env: Mapping[str, object] | None,
         values[key] = value if isinstance(value, SecretRef) else tracer.template(
             step, f"env[{key!r}]", value, refs)
     return values
-
-
-def _nested_literal(tracer: Tracer, step: str, key: str, value: object) -> object:
-    """A nested ``args`` value: passed as written, so no node may hide inside it."""
-    if isinstance(value, (_Lazy, SecretRef)):
-        raise tracer.error(step, f"args[{key!r}]: step outputs, trigger fields and secrets may "
-                                 f"only be top-level args values (nested values are passed as "
-                                 f"written)")
-    if isinstance(value, (list, tuple)):
-        return [_nested_literal(tracer, step, key, v) for v in value]
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise tracer.error(step, f"args[{key!r}]: dict keys must be strings, not {k!r}")
-            out[k] = _nested_literal(tracer, step, key, v)
-        return out
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    raise tracer.error(step, f"args[{key!r}]: {type(value).__name__} is not JSON data")
-
-
-def _server_words(tracer: Tracer, name: str, server_command: object, refs: list[str]) -> list[str]:
-    """``server_command`` as the words of the program to start (templates in all but the
-    first, which must be written literally), checked like ``argv=``."""
-    if isinstance(server_command, str):
-        try:
-            words = shlex.split(server_command)
-        except ValueError as exc:
-            raise tracer.error(name, f"server_command cannot be split into words: {exc}") from None
-    elif isinstance(server_command, _Lazy):
-        raise tracer.error(name, "server_command cannot be a step output: the program must be "
-                                 "written in the workflow")
-    elif isinstance(server_command, Sequence):
-        words = [tracer.template(name, f"server_command[{i}]", w, []) for i, w in
-                 enumerate(server_command)]
-    else:
-        raise tracer.error(name, "server_command must be a string or a list of words")
-    if not words or not words[0].strip():
-        raise tracer.error(name, "empty server_command")
-    if placeholders.has_placeholders(words[0]):
-        raise tracer.error(name, f"a placeholder cannot stand in the program to run "
-                                 f"({words[0]!r}): write the executable literally")
-    words = [words[0], *(tracer.template(name, "server_command", w, refs) for w in words[1:])]
-    problem = shell_check.argv_problem(words)
-    if problem:
-        raise tracer.error(name, f"server_command: {problem}")
-    return words
-
-
-def mcp_tool(name: str, server_command: str | Sequence[str], tool: str, *,
-             args: Mapping[str, object] | None = None, env: Mapping[str, object] | None = None,
-             timeout_seconds: float | None = 30, retries: int = 0, retry_delay_seconds: float = 1.0,
-             max_output_bytes: int | None = None, after: Sequence[object] | None = None,
-             when: object = None) -> StepNode:
-    """Call one tool on an MCP server started on stdio for this step alone.
-
-    ``server_command`` is split into words now, like a shell would (no shell
-    runs); a placeholder fills its own word and never adds words. Top-level
-    string values of ``args`` are substituted; other values keep their types.
-
-    >>> notes = mcp_tool("recall", server_command="python -m memory_vault.mcp",  # doctest: +SKIP
-    ...                  tool="recall", args={"query": trigger.body, "limit": 10})
-    """
-    tracer = require_tracer("mcp_tool")
-    name = tracer.check_name(name)
-    refs: list[str] = []
-    opts = common_options(tracer, name, timeout_seconds, retries, retry_delay_seconds,
-                          max_output_bytes)
-    words = _server_words(tracer, name, server_command, refs)
-    if not isinstance(tool, str) or not tool:
-        raise tracer.error(name, "tool must be the tool's name, a non-empty string")
-    if placeholders.has_placeholders(tool):
-        raise tracer.error(name, f"the tool name is never substituted; {tool!r} holds a "
-                                 f"placeholder")
-    arg_values: dict[str, object] = {}
-    for key, value in (args or {}).items():
-        if not isinstance(key, str):
-            raise tracer.error(name, f"args keys must be strings, not {key!r}")
-        if isinstance(value, SecretRef):
-            arg_values[key] = value
-        elif isinstance(value, (str, _Lazy)):
-            arg_values[key] = tracer.template(name, f"args[{key!r}]", value, refs)
-        else:
-            arg_values[key] = _nested_literal(tracer, name, key, value)
-    env_values = _env_templates(tracer, name, env, refs)
-    after_names = tracer.after_names(name, after)
-    spec = McpStepSpec(
-        name=name, **tracer.placement(name, refs, after_names, when),
-        server_command=tuple(words), tool=tool, args=arg_values, env=env_values, **opts)  # type: ignore[arg-type]
-    return tracer.add(spec)

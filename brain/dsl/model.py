@@ -133,15 +133,30 @@ class LlmStepSpec(StepSpec):
     max_tokens: int | None = None
 
 
+#: Step options added after the first release, at their defaults (left out of the hash).
+_LATER_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("url", None), ("headers", {}), ("bearer", None), ("transport", "stdio"),
+    ("reuse", "step"), ("output_schema", None))
+
+
 class McpStepSpec(StepSpec):
-    """An ``mcp_tool()`` step: spawn a server on stdio, one ``tools/call``, end it.
+    """An ``mcp_tool()`` step: one ``tools/call`` on an MCP server, either started on stdio
+    (``server_command``) or reached over HTTP (``url``, SPEC §17).
 
     ``server_command`` is already split into words; each word is a template
     (never the first). Only top-level string values of ``args`` are templates.
+    ``url``, ``headers`` and ``bearer`` are never substituted: literal text or secrets.
+    ``reuse``: ``"step"`` (a server or session per step and try) or ``"run"`` (one per
+    run, shared by the steps that resolve to the same server).
     """
 
     kind: Literal["mcp_tool"] = "mcp_tool"
-    server_command: tuple[str, ...]
+    server_command: tuple[str, ...] | None = None
+    url: str | SecretRef | None = None
+    headers: dict[str, str | SecretRef] = Field(default_factory=dict)
+    bearer: SecretRef | SecretStr | None = None
+    transport: Literal["stdio", "streamable-http", "sse"] = "stdio"
+    reuse: Literal["step", "run"] = "step"
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str | SecretRef] = Field(default_factory=dict)
@@ -248,6 +263,10 @@ class WorkflowSpec(_Frozen):
             for key in ("when", "group", "instance"):
                 if data.get(key) in ((), [], None):
                     data.pop(key, None)
+            # Options added later count only when set, for the same reason.
+            for key, default in _LATER_DEFAULTS:
+                if key in data and data[key] == default:
+                    del data[key]
             steps.append(data)
         shape: dict[str, Any] = {"name": self.name, "steps": steps}
         if self.groups:

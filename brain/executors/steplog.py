@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from brain._secrets import longest, scrub
 from brain.results import LogBatch, LogLine
@@ -34,6 +35,15 @@ _Chunk = tuple[str, float, bytes]
 
 def _size(text: str) -> int:
     return len(text.encode("utf-8", errors="replace")) + 1
+
+
+def progress_text(progress: dict[str, Any]) -> str:
+    """A progress report as a line: ``progress 3/10: copying`` (``3`` with no total)."""
+    done, total = progress.get("progress"), progress.get("total")
+    text = f"progress {done:g}" if isinstance(done, (int, float)) else "progress"
+    if isinstance(total, (int, float)):
+        text += f"/{total:g}"
+    return text + (f": {progress['message']}" if progress.get("message") else "")
 
 
 def _amount(size: int) -> str:
@@ -70,6 +80,9 @@ class StepLog:
         self._drop: tuple[int, int] | None = None
         self.fed_since_take = False
         self.any_fed = False  # anything at all, ever
+        #: Tokens spent by the step's LLM calls, every try counted (SPEC §18).
+        self.usage: dict[str, int] | None = None
+        self._progress: dict[str, Any] | None = None  # reported since the last take
 
     def seconds(self) -> float:
         """Seconds since the log began (the step's first try)."""
@@ -98,6 +111,24 @@ class StepLog:
         """Add a line of The Brain's own (stream ``brain``)."""
         self.feed("brain", (text.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
 
+    def count_usage(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Add the tokens one model answer spent to the step's usage."""
+        with self._lock:
+            usage = self.usage or {"prompt_tokens": 0, "completion_tokens": 0}
+            usage["prompt_tokens"] += max(prompt_tokens, 0)
+            usage["completion_tokens"] += max(completion_tokens, 0)
+            self.usage = usage
+
+    def progress(self, progress: float, total: float | None = None,
+                 message: str | None = None) -> None:
+        """Note the step's latest progress (a server's ``notifications/progress``): stored
+        with the next take, with a line of the log saying it (however many came between)."""
+        shown: dict[str, Any] = {"progress": progress, "total": total,
+                                 "message": scrub(message, self.secrets) if message else None}
+        with self._lock:
+            self._progress = shown
+            self.fed_since_take = self.any_fed = True
+
     def take(self, *, final: bool = False) -> LogBatch:
         """What to store now: the lines made since the last take, the stored lines the
         tail has moved past, and the note on what was dropped. ``final``: the step has
@@ -111,9 +142,12 @@ class StepLog:
                 self._make_lines(*chunk, head=False)
             self._chunks.clear()
             self._chunk_bytes = 0
+            progress, self._progress = self._progress, None
+            if progress is not None:
+                self._add_line("brain", self.seconds(), progress_text(progress), head=False)
             if final:
                 self._end_lines()
-            batch = LogBatch(tuple(self._batch.values()), self._drop, self._note())
+            batch = LogBatch(tuple(self._batch.values()), self._drop, self._note(), progress)
             self._batch, self._drop = {}, None
             return batch
 

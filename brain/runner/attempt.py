@@ -224,7 +224,8 @@ class StepRunner:
         state.records.clear()
         await self.recorder.finished(name, status, tries=state.tries, ended_at=ended,
                                      seconds=time.perf_counter() - t0, inputs=state.inputs,
-                                     started_at=state.started, **fields)
+                                     started_at=state.started, usage=state.writer.log.usage,
+                                     **fields)
 
 
 class _Try:

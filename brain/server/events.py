@@ -12,6 +12,8 @@ Events (``data`` is JSON):
 * ``step``: ``{"run_id", "workflow", "name", "kind", "status", "tries"}``
 * ``log``: ``{"run_id", "workflow", "step", "lines": [{"seq", "stream", "t", "text"}]}``,
   the lines of one step stored since the last look
+* ``progress``: ``{"run_id", "workflow", "step", "progress", "total", "message"}``, a
+  step's latest progress report (SPEC §17) when it changed since the last look
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
 from brain._errors import RunNotFound
-from brain.results import FINISHED_RUN, FINISHED_STEP
+from brain.results import FINISHED_RUN, FINISHED_STEP, StepState
 
 if TYPE_CHECKING:
     from brain.server.access import ServiceAccess
@@ -62,6 +64,8 @@ class ChangeWatcher:
         #: Last seen state: run id → (status, error); (run id, step) → (status, tries).
         self._runs: dict[str, tuple[str, str | None]] = {}
         self._steps: dict[tuple[str, str], tuple[str, int]] = {}
+        #: (run id, step) → its latest progress announced (as stored).
+        self._progress: dict[tuple[str, str], str] = {}
         #: (run id, step) → the last log line's ``seq`` announced.
         self._logged: dict[tuple[str, str], int] = {}
         self.looks = 0  # how many times the database was read (for tests)
@@ -130,15 +134,19 @@ class ChangeWatcher:
             for old in list(self._logged)[:10_000]:
                 del self._logged[old]
 
-    def _compare(self, run: Any, step_states: dict[str, tuple[str, str, int]]) -> None:
+    def _compare(self, run: Any, step_states: dict[str, StepState]) -> None:
         # Steps first: a run's end is announced after the ends of its steps.
-        for name, (kind, step_status, tries) in step_states.items():
+        for name, (kind, step_status, tries, progress) in step_states.items():
             key = (run.run_id, name)
             if self._steps.get(key) != (step_status, tries):
                 self._steps[key] = (step_status, tries)
                 self._publish("step", {"run_id": run.run_id, "workflow": run.workflow,
                                        "name": name, "kind": kind, "status": step_status,
                                        "tries": tries})
+            if progress is not None and self._progress.get(key) != progress:
+                self._progress[key] = progress
+                self._publish("progress", {"run_id": run.run_id, "workflow": run.workflow,
+                                           "step": name, **json.loads(progress)})
         status = str(run.status)
         if self._runs.get(run.run_id) != (status, run.error):
             self._runs[run.run_id] = (status, run.error)
@@ -149,6 +157,7 @@ class ChangeWatcher:
                 del self._runs[old]
             keep = set(self._runs)
             self._steps = {k: v for k, v in self._steps.items() if k[0] in keep}
+            self._progress = {k: v for k, v in self._progress.items() if k[0] in keep}
 
     def _publish(self, event: str, data: dict[str, Any]) -> None:
         for listener in list(self._listeners):

@@ -128,8 +128,9 @@ class RunStore(Protocol):
                             error: str | None = None, stderr: str | None = None,
                             inputs: dict[str, Any] | None = None,
                             started_at: datetime | None = None,
-                            owner: str | None = None) -> None:
-        """Record a step's end."""
+                            owner: str | None = None,
+                            usage: dict[str, int] | None = None) -> None:
+        """Record a step's end (``usage``: an LLM step's tokens, SPEC §18)."""
         ...
 
     async def step_process(self, run_id: str, process: StepProcess, *,

@@ -8,6 +8,7 @@ while that owner holds the run's lease, else it raises
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -56,7 +57,11 @@ class StepLogs(UsesBackend):
                                                         "first": batch.drop[0],
                                                         "last": batch.drop[1]})
                 lines = [*batch.lines, *([batch.note] if batch.note is not None else [])]
-                conn.write(queries.UPSERT_LOG_LINE, [row(step, line) for line in lines])
+                if lines:
+                    conn.write(queries.UPSERT_LOG_LINE, [row(step, line) for line in lines])
+                if batch.progress is not None:
+                    conn.write(queries.STEP_PROGRESS, {"run_id": run_id, "name": step,
+                                                       "progress": json.dumps(batch.progress)})
 
         await self.db.atomically(job)
 

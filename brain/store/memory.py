@@ -122,11 +122,13 @@ class MemoryStore(MemoryWaits, MemoryQueue):
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
                             inputs: dict[str, Any] | None = None,
-                            started_at: datetime | None = None, owner: str | None = None) -> None:
+                            started_at: datetime | None = None, owner: str | None = None,
+                            usage: dict[str, int] | None = None) -> None:
         """Record a step's end."""
         step = self._leased(run_id, owner).steps[name]
         step.status, step.tries, step.ended_at = status.value, tries, as_stored(ended_at)
         step.output, step.error, step.stderr = clean_text(output), clean_text(error), clean_text(stderr)
+        step.usage = None if usage is None else dict(usage)
         if inputs is not None:
             step.inputs = as_json(inputs)
         if started_at is not None:
@@ -151,6 +153,8 @@ class MemoryStore(MemoryWaits, MemoryQueue):
         for line in (*batch.lines, *([batch.note] if batch.note is not None else [])):
             lines[line.seq] = (LogLine(line.seq, line.stream, line.t,
                                        clean_text(line.text) or ""), now)
+        if batch.progress is not None:
+            self._leased(run_id, owner).steps[step].progress = dict(batch.progress)
 
     async def append_logs(self, run_id: str, batches: Sequence[tuple[str, LogBatch]], *,
                           owner: str | None = None) -> None:
@@ -220,6 +224,7 @@ class MemoryStore(MemoryWaits, MemoryQueue):
         for name in names:
             step = run.steps[name]
             step.status, step.ended_at, step.output, step.error = StepStatus.PENDING.value, None, None, None
+            step.usage = step.progress = None
 
     async def restamp_run(self, run_id: str, definition_hash: str,
                           step_rows: Sequence[tuple[str, str]], *, owner: str) -> bool:

@@ -4,6 +4,7 @@ under test with ``brain_db`` can use them as it would use a real store."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -12,7 +13,15 @@ from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import WORKFLOW_CHANGED, RunConflict, StoreError
-from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData, clean_text
+from brain.results import (
+    FINISHED_RUN,
+    RunResult,
+    RunStatus,
+    StepState,
+    StepStatus,
+    TriggerData,
+    clean_text,
+)
 from brain.store.backend import utc
 from brain.store.base import QueuedRun
 from brain.store.memory_state import MemoryState, MemoryStep, run_result
@@ -194,13 +203,15 @@ class MemoryQueue(MemoryState):
             del self._workers[worker_id]
 
     async def recent_activity(self, ended_after: datetime, limit: int = 500
-                              ) -> list[tuple[RunResult, dict[str, tuple[str, str, int]]]]:
+                              ) -> list[tuple[RunResult, dict[str, StepState]]]:
         """Runs running now, the newest ``limit`` queued or ended after ``ended_after``, each
-        with ``{step: (kind, status, tries)}``."""
+        with ``{step: (kind, status, tries, progress)}``."""
         runs = list(self._runs.values())
         found = [r for r in runs if r.record.status == RunStatus.RUNNING.value]
         found += sorted((r for r in runs if r.record.status == RunStatus.QUEUED.value
                          or (r.record.ended_at is not None and r.record.ended_at > ended_after)),
                         key=lambda r: r.record.created_at, reverse=True)[:limit]
         return [(run_result(r, with_steps=False),
-                 {s.name: (s.kind, s.status, s.tries) for s in r.steps.values()}) for r in found]
+                 {s.name: (s.kind, s.status, s.tries,
+                           None if s.progress is None else json.dumps(s.progress))
+                  for s in r.steps.values()}) for r in found]

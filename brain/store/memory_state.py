@@ -54,6 +54,8 @@ class MemoryStep:
     decision: dict[str, Any] | None = None
     signal: str | None = None
     key: str | None = None
+    usage: dict[str, int] | None = None
+    progress: dict[str, Any] | None = None
 
 
 @dataclass
@@ -150,7 +152,8 @@ def run_result(run: MemoryRun, *, with_steps: bool) -> RunResult:
         s.name: StepResult(name=s.name, kind=s.kind, status=StepStatus(s.status),
                            inputs=as_json(s.inputs) if s.inputs else {}, output=s.output,
                            error=s.error, tries=s.tries, stderr=s.stderr, started_at=s.started_at,
-                           ended_at=s.ended_at, waiting_for=s.waiting_for, decision=s.decision)
+                           ended_at=s.ended_at, waiting_for=s.waiting_for, decision=s.decision,
+                           usage=s.usage, progress=s.progress)
         for s in sorted(run.steps.values(), key=lambda s: step_order(s.name, s.position))}
     return RunResult(run_id=r.id, workflow=r.workflow, status=RunStatus(r.status), error=r.error,
                      trigger=r.trigger, created_at=r.created_at, started_at=r.started_at,

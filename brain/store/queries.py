@@ -18,7 +18,8 @@ RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "
                "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
                "trigger_key", "delivery_id", "retry_of")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
-                "error", "stderr", "started_at", "ended_at", "waiting_for", "decision")
+                "error", "stderr", "started_at", "ended_at", "waiting_for", "decision", "usage",
+                "progress")
 FINISHED = "('succeeded', 'failed', 'cancelled')"
 
 
@@ -98,7 +99,7 @@ STEP_RUNNING = ("UPDATE brain_steps SET status = 'running', inputs = :inputs, tr
 STEP_PROCESS = ("UPDATE brain_steps SET process_group = :pgid, process_started = :pstarted, "
                 "process_machine = :machine" + _STEP)
 _FINISHED = ("UPDATE brain_steps SET status = :status, tries = :tries, ended_at = :ended_at, "
-             "output = :output, error = :error, stderr = :stderr")
+             "output = :output, error = :error, stderr = :stderr, usage = :usage")
 
 
 def step_finished(*, inputs: bool, started_at: bool) -> str:
@@ -114,7 +115,7 @@ END_RUNNING_STEPS = ("UPDATE brain_steps SET status = 'cancelled', ended_at = :n
 END_PENDING_STEPS = ("UPDATE brain_steps SET status = :pending, ended_at = :now, "
                      "error = :pending_error WHERE run_id = :run_id AND status = 'pending'")
 RESET_STEPS = ("UPDATE brain_steps SET status = 'pending', ended_at = NULL, output = NULL, "
-               "error = NULL")
+               "error = NULL, usage = NULL, progress = NULL")
 STEPS_OF_RUN = f"SELECT {', '.join(STEP_COLUMNS)} FROM brain_steps WHERE run_id = :run_id"
 STEPS_IN_ORDER = STEPS_OF_RUN + " ORDER BY position"
 STARTED_STEPS = ("SELECT count(*) AS n FROM brain_steps WHERE run_id = :run_id "
@@ -126,9 +127,11 @@ STEP_STATES = "SELECT name, status, tries FROM brain_steps WHERE run_id = :run_i
 STEP_PROCESSES = (
     "SELECT name, process_group, process_started, process_machine FROM brain_steps "
     "WHERE run_id = :run_id AND process_group IS NOT NULL")
-STEP_KINDS_OF = "SELECT run_id, name, kind, status, tries FROM brain_steps WHERE run_id IN "
+STEP_KINDS_OF = ("SELECT run_id, name, kind, status, tries, progress FROM brain_steps "
+                 "WHERE run_id IN ")
 
 STEP_OUTPUT = "UPDATE brain_steps SET output = :output, stderr = :stderr" + _STEP
+STEP_PROGRESS = "UPDATE brain_steps SET progress = :progress" + _STEP
 
 # --- waiting steps (SPEC §16) --------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from brain._errors import RunNotFound
-from brain.results import RunResult
+from brain.results import RunResult, StepState
 from brain.store import queries
 from brain.store.backend import Backend, UsesBackend, lease_times
 from brain.store.base import RunRecord, StepProcess
@@ -108,10 +108,11 @@ class RunReading(UsesBackend):
                 for r in rows if r["process_started"] is not None]
 
     async def recent_activity(self, ended_after: datetime, limit: int = 500
-                              ) -> list[tuple[RunResult, dict[str, tuple[str, str, int]]]]:
+                              ) -> list[tuple[RunResult, dict[str, StepState]]]:
         """Runs running now, the newest ``limit`` queued or ended after ``ended_after``,
-        each with ``{step: (kind, status, tries)}``: what a watcher of changes compares
-        from one look to the next (three queries)."""
+        each with ``{step: (kind, status, tries, progress)}`` (``progress``: its stored
+        JSON): what a watcher of changes compares from one look to the next (three
+        queries)."""
         db = self.db
         # Every running run (executors take the oldest first, so a long queue must not
         # push them out), then the newest queued and recently ended ones.
@@ -122,9 +123,9 @@ class RunReading(UsesBackend):
             return []
         ids = [r["id"] for r in found]
         listed, params = queries.in_list("run", ids)
-        by_run: dict[str, dict[str, tuple[str, str, int]]] = {i: {} for i in ids}
+        by_run: dict[str, dict[str, StepState]] = {i: {} for i in ids}
         for r in await db.read(queries.STEP_KINDS_OF + listed, params):
-            by_run[r["run_id"]][r["name"]] = (r["kind"], r["status"], r["tries"])
+            by_run[r["run_id"]][r["name"]] = (r["kind"], r["status"], r["tries"], r["progress"])
         return [(run_result(r, []), by_run[r["id"]]) for r in found]
 
     async def expired_runs(self) -> list[str]:

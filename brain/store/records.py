@@ -113,7 +113,8 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                               output=s["output"], error=s["error"], tries=s["tries"],
                               stderr=s["stderr"], started_at=s["started_at"],
                               ended_at=s["ended_at"], waiting_for=_json(s.get("waiting_for")),
-                              decision=_json(s.get("decision")))
+                              decision=_json(s.get("decision")), usage=_json(s.get("usage")),
+                              progress=_json(s.get("progress")))
         for s in sorted(step_rows, key=lambda s: step_order(s["name"], s["position"]))}
     return RunResult(run_id=row["id"], workflow=row["workflow"], status=RunStatus(row["status"]),
                      error=row["error"], trigger=trigger_of(row), created_at=row["created_at"],

@@ -55,7 +55,8 @@ class StepRecords(UsesBackend):
                             ended_at: datetime, output: str | None = None,
                             error: str | None = None, stderr: str | None = None,
                             inputs: dict[str, Any] | None = None,
-                            started_at: datetime | None = None, owner: str | None = None) -> None:
+                            started_at: datetime | None = None, owner: str | None = None,
+                            usage: dict[str, int] | None = None) -> None:
         """Record a step's end; committed before this returns.
 
         ``inputs`` and ``started_at``, when given, are written too (a quick step
@@ -70,7 +71,8 @@ class StepRecords(UsesBackend):
             "run_id": run_id, "name": name, "status": status.value, "tries": tries,
             "ended_at": ended_at, "output": clean_text(output), "error": clean_text(error),
             "stderr": clean_text(stderr), "owner": owner, "started_at": started_at,
-            "inputs": None if inputs is None else json.dumps(inputs)})
+            "inputs": None if inputs is None else json.dumps(inputs),
+            "usage": None if usage is None else json.dumps(usage)})
         check_lease(written.rowcount, owner)
 
     async def step_output(self, run_id: str, name: str, *, output: str | None,

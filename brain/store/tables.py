@@ -135,6 +135,9 @@ steps = Table(
     Column("decision", StoredText),
     Column("wait_signal", String(200)),
     Column("wait_key", StoredText),
+    # An LLM step's token usage and an MCP step's latest progress (JSON, SPEC §17, §18).
+    Column("usage", StoredText),
+    Column("progress", StoredText),
     Index("ix_brain_steps_wait_signal", "wait_signal"),
 )
 

@@ -287,8 +287,8 @@ async def test_recent_activity(store: Any) -> None:
     assert old not in found
     run, steps = found[running]
     assert run.status == RunStatus.RUNNING and run.steps == {}
-    assert steps == {"one": ("llm", "running", 2), "two": ("llm", "pending", 0)}
-    assert found[recent][1] == {"y": ("shell", "pending", 0)}
+    assert steps == {"one": ("llm", "running", 2, None), "two": ("llm", "pending", 0, None)}
+    assert found[recent][1] == {"y": ("shell", "pending", 0, None)}
     assert found[queued[0]][1] == {}
     # a limit keeps every running run, and the newest of the others
     limited = [r.run_id for r, _ in await store.recent_activity(since, limit=1)]
