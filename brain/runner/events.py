@@ -20,6 +20,9 @@ class StepEvent:
     tries: int = 0
     error: str | None = None
     seconds: float | None = None
+    #: At a step's end: the tokens it spent (an LLM step, SPEC §18) and the model it asked.
+    usage: dict[str, int] | None = None
+    model: str | None = None
 
 
 EventHandler = Callable[[StepEvent], None]

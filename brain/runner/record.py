@@ -58,12 +58,13 @@ class Recorder:
                                          owner=self.owner)
 
     def emit(self, step: str, status: str, tries: int = 0, error: str | None = None,
-             seconds: float | None = None) -> None:
+             seconds: float | None = None, usage: dict[str, int] | None = None,
+             model: str | None = None) -> None:
         """Tell the event handler that ``step`` (or an instance of it) is now ``status``."""
         if self.on_event is None:
             return
         event = StepEvent(self.run_id, step, self.kinds[base_name(step)], status, tries, error,
-                          seconds)
+                          seconds, usage, model)
         with contextlib.suppress(Exception):
             self.on_event(event)
 
@@ -79,7 +80,9 @@ class Recorder:
         ``inputs``, ``started_at``, ``stderr``), then emit it."""
         await self.store.step_finished(self.run_id, name, status=status, tries=tries,
                                        ended_at=ended_at or utcnow(), owner=self.owner, **fields)
-        self.emit(name, str(status), tries, fields.get("error"), seconds)
+        model = (fields.get("inputs") or {}).get("model") if fields.get("usage") else None
+        self.emit(name, str(status), tries, fields.get("error"), seconds, fields.get("usage"),
+                  model if isinstance(model, str) else None)
 
     async def ended(self, names: list[str], status: StepStatus, error: str | None = None, *,
                     emit: bool = True) -> None:
