@@ -1,0 +1,204 @@
+"""A live MCP session, kept by a task of its own from connect to close, that steps call
+tools on: one step's alone (the default), or the steps of a run that share it
+(``reuse="run"``, SPEC §17).
+
+The SDK's transports are anyio contexts, which must end in the task that began them:
+hence the keeper task. Steps make their calls from their own tasks, concurrently when
+they run in parallel. A step cancelled mid-call lets the SDK send
+``notifications/cancelled`` for it (its courtesy cancel) before the session is ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any, Protocol
+
+from brain._errors import StepFailed, innermost
+from brain.executors.base import StepContext, StepOutput, cut
+from brain.executors.process import KILL_GRACE_SECONDS
+
+#: How long a session being closed may take to end by itself (its courtesy cancels sent,
+#: a server leaving on end of input) before its process group is killed.
+CLOSE_GRACE_SECONDS = 1.0
+
+
+class Server(Protocol):
+    """Where a session goes: a server process on stdio or a server reached over HTTP."""
+
+    stderr: str | None
+    #: Set when an HTTP response refused the session (401, 403, 5xx); ``None`` on stdio.
+    refused: asyncio.Event | None
+
+    def refusal(self) -> StepFailed | None:
+        """The failure a refusal says, if one came."""
+        ...
+
+    def transport(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
+        """Connect (or spawn); yield the read and write streams; end it."""
+        ...
+
+    def describe_failure(self, exc: BaseException) -> StepFailed | None:
+        """A readable failure for ``exc``, raised while connecting, if known."""
+        ...
+
+    def exit_code(self) -> int | None:
+        """The server process's exit status, once it exited (stdio only)."""
+        ...
+
+    def kill_now(self) -> None:
+        """End the server at once (stdio: SIGKILL its process group)."""
+        ...
+
+    def tail(self) -> str | None:
+        """The last of the server's stderr (stdio only)."""
+        ...
+
+    def cleanup(self) -> None:
+        """Remove what the server left (its temporary folder)."""
+        ...
+
+
+def tool_output(result: Any) -> str:
+    """Text blocks joined by newlines; else compact JSON of structuredContent, else of content."""
+    texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
+    if texts:
+        return "\n".join(texts)
+    if result.structured_content is not None:
+        return json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
+    content = [block.model_dump(mode="json", by_alias=True, exclude_none=True)
+               for block in result.content]
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
+class LiveSession:
+    """One server's session, started at once by a keeper task (see the module)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.session: Any = None
+        self.error: BaseException | None = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.ended = False
+        self._task = asyncio.ensure_future(self._keep())
+
+    async def _keep(self) -> None:
+        from mcp import ClientSession
+
+        try:
+            async with self.server.transport() as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                self.session = session
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as exc:  # kept for the steps that use the session
+            self.error = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.ended = True
+            self._ready.set()
+
+    async def _opened(self) -> Any:
+        """The initialized session, once connected: :class:`StepFailed` if it could not be."""
+        await self._ready.wait()
+        if self.session is not None and not self.ended:
+            return self.session
+        raise self._failure(self.error)
+
+    def _failure(self, exc: BaseException | None) -> StepFailed:
+        """What a step says when the session failed or ended (``exc``: why, if known)."""
+        from mcp import MCPError
+
+        if exc is not None:
+            known = self.server.describe_failure(exc)
+            if known is not None:
+                return known
+            leaf = innermost(exc)
+            if isinstance(leaf, StepFailed):
+                return leaf
+            if not isinstance(leaf, MCPError):
+                return StepFailed(f"the MCP session failed: {type(leaf).__name__}: "
+                                  f"{cut(str(leaf), 500)}", stderr=self.server.tail())
+        code = self.server.exit_code()
+        last = (self.server.tail() or "").strip().splitlines()
+        why = _exit_reason(code) if code is not None else "its connection closed"
+        return StepFailed(f"the MCP server exited before answering ({why})"
+                          + (f": {cut(last[-1], 500)}" if last else ""), stderr=self.server.tail())
+
+    async def call(self, tool: str, args: dict[str, Any], ctx: StepContext) -> StepOutput:
+        """One ``tools/call``; the server's progress reports go to the step's log."""
+        import mcp_types as types
+        from mcp import MCPError
+
+        session = await self._opened()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if ctx.log is not None:
+                ctx.log.progress(progress, total, message)
+
+        request = types.CallToolRequest(params=types.CallToolRequestParams(
+            name=tool, arguments=args))
+        calling = asyncio.ensure_future(session.send_request(
+            request, types.CallToolResult, progress_callback=on_progress))
+        try:
+            if self.server.refused is not None:  # a refusal may leave the request unanswered
+                watching = asyncio.ensure_future(self.server.refused.wait())
+                try:
+                    await asyncio.wait({calling, watching}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    watching.cancel()
+                if not calling.done():
+                    calling.cancel()
+                    raise self.server.refusal() or StepFailed("the MCP server refused the call")
+            result = await calling
+        except MCPError as exc:
+            if self.ended or exc.code == types.CONNECTION_CLOSED:
+                await self._settled()
+                raise self._failure(self.error) from None
+            refusal = self.server.describe_failure(exc)
+            raise (refusal or StepFailed(f"the MCP server answered with an error ({exc.code}): "
+                                         f"{exc.message}", stderr=self.server.tail())) from None
+        except asyncio.CancelledError:
+            calling.cancel()  # the SDK sends notifications/cancelled for it
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(calling, CLOSE_GRACE_SECONDS)
+            raise
+        return _answer(result, self.server.tail())
+
+    async def _settled(self) -> None:
+        """Give a session whose server went away a moment to notice (its exit status)."""
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(self._task), KILL_GRACE_SECONDS)
+
+    async def close(self) -> None:
+        """End the session (and the server process): gracefully if it can within
+        :data:`CLOSE_GRACE_SECONDS`, else its process group is killed."""
+        self._stop.set()
+        done, _ = await asyncio.wait({self._task}, timeout=CLOSE_GRACE_SECONDS)
+        if not done:
+            self.server.kill_now()
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._task), KILL_GRACE_SECONDS * 2)
+        self.server.cleanup()
+
+    def stderr(self) -> str | None:
+        """What the server left on stderr (stdio only)."""
+        return self.server.stderr if self.ended else self.server.tail()
+
+
+def _exit_reason(code: int) -> str:
+    return f"killed by signal {code - 128}" if code > 128 else f"exit code {code}"
+
+
+def _answer(result: Any, stderr: str | None) -> StepOutput:
+    """The tool's output, or :class:`StepFailed` with the tool's own error text."""
+    if result.is_error:
+        texts = [b.text for b in result.content if getattr(b, "type", None) == "text"]
+        raise StepFailed(texts[0] if texts else f"the tool reported an error: {tool_output(result)}",
+                         stderr=stderr)
+    return StepOutput(output=tool_output(result), stderr=stderr)
