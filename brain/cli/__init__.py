@@ -187,8 +187,17 @@ def _tool_commands(sub: Any) -> None:
     p = sub.add_parser("mcp", help="MCP servers")
     mcpsub = p.add_subparsers(dest="mcp_command", metavar="ACTION", parser_class=_Parser)
     t = mcpsub.add_parser("tools", help="list a server's tools and their input schemas",
-                          usage="brain mcp tools [--json] -- COMMAND [ARG...]")
+                          usage="brain mcp tools [--json] -- COMMAND [ARG...]\n"
+                                "       brain mcp tools [--json] --url URL [--header 'Name: "
+                                "value' ...] [--bearer-env VAR] [--transport sse]")
     t.add_argument("--json", action="store_true", help="print the tools as JSON")
+    t.add_argument("--url", help="a server reached over HTTP instead of a command")
+    t.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="an HTTP header to send (repeatable; with --url)")
+    t.add_argument("--bearer-env", metavar="VAR",
+                   help="send Authorization: Bearer with the value of this variable")
+    t.add_argument("--transport", choices=("streamable-http", "sse"), default="streamable-http",
+                   help="the HTTP transport (default: streamable-http)")
     t.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
 
     p = sub.add_parser("db", help="database schema")
@@ -268,9 +277,13 @@ def _main(argv: Sequence[str] | None) -> int:
             parser.error("brain mcp needs an action: tools")
         if args.server and args.server[0] == "--":
             args.server = args.server[1:]
-        if not args.server:
+        if args.url is not None and args.server:
+            parser.error("give --url or a server command after --, not both")
+        if args.url is None and (args.header or args.bearer_env):
+            parser.error("--header and --bearer-env go with --url")
+        if not args.server and args.url is None:
             parser.error("brain mcp tools needs the server command after --, e.g. "
-                         "brain mcp tools -- uvx mcp-server-time")
+                         "brain mcp tools -- uvx mcp-server-time, or --url URL")
     from brain.cli import commands
 
     return commands.dispatch(args)

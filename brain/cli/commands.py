@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -332,12 +333,38 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     """``brain mcp tools``: a server's tools and their input schemas."""
     from brain.mcp_discovery import list_tools
 
-    tools = asyncio.run(list_tools(args.server))
+    if args.url is None:
+        tools = asyncio.run(list_tools(args.server))
+    else:
+        tools = asyncio.run(list_tools(url=args.url, headers=_headers(args),
+                                       transport=args.transport))
     if args.json:
         render.write_stdout(json.dumps(tools, ensure_ascii=False) + "\n")
     else:
         render.tools(tools)
     return 0
+
+
+def _headers(args: argparse.Namespace) -> dict[str, str]:
+    """``--header 'Name: value'`` and ``--bearer-env VAR`` as request headers (the token and
+    every header value are remembered as secrets, kept out of what is printed)."""
+    from brain._secrets import remember
+
+    headers: dict[str, str] = {}
+    for item in args.header:
+        name, colon, value = item.partition(":")
+        if not colon or not name.strip() or any(c in name for c in " \t\r\n"):
+            raise BrainError(f"--header must look like 'Name: value' (got {name.strip()!r}...)")
+        headers[name.strip()] = value.strip()
+        if len(value.strip()) >= 8:
+            remember(value.strip())
+    if args.bearer_env:
+        token = os.environ.get(args.bearer_env)
+        if not token:
+            raise BrainError(f"--bearer-env: {args.bearer_env} is not set in the environment")
+        remember(token)
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
 
 
 def cmd_serving(args: argparse.Namespace) -> int:
