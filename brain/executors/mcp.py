@@ -13,6 +13,7 @@ runs.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -45,6 +46,7 @@ class McpExecutor:
 
     def __init__(self) -> None:
         self._shared: dict[tuple[Any, ...], LiveSession] = {}
+        self._retired: list[LiveSession] = []
 
     def prepare(self, spec: McpStepSpec, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         """Fill in the command's words (or read the URL, headers and bearer token), the
@@ -80,6 +82,8 @@ class McpExecutor:
             key = _server_key(payload, ctx)
             live = self._shared.get(key)
             if live is None or live.ended:
+                if live is not None:
+                    self._retired.append(live)  # ended at the run's end, with the others
                 live = self._shared[key] = LiveSession(_server(payload, ctx))
             try:
                 return await live.call(spec.tool, payload["args"], ctx)
@@ -98,9 +102,9 @@ class McpExecutor:
 
     async def close(self) -> None:
         """End the sessions the run's steps shared."""
-        shared, self._shared = list(self._shared.values()), {}
-        for live in shared:
-            await live.close()
+        shared, self._shared = [*self._shared.values(), *self._retired], {}
+        self._retired = []
+        await asyncio.gather(*(live.close() for live in shared), return_exceptions=True)
 
 
 def _server(payload: dict[str, Any], ctx: StepContext) -> Server:

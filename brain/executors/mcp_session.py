@@ -156,9 +156,11 @@ class LiveSession:
                     raise self.server.refusal() or StepFailed("the MCP server refused the call")
             result = await calling
         except MCPError as exc:
-            if self.ended or exc.code == types.CONNECTION_CLOSED:
+            if exc.code == types.CONNECTION_CLOSED or _session_gone(exc):
+                self._break()  # the next step or try starts a fresh session
                 await self._settled()
-                raise self._failure(self.error) from None
+                if exc.code == types.CONNECTION_CLOSED:
+                    raise self._failure(self.error) from None
             refusal = self.server.describe_failure(exc)
             raise (refusal or StepFailed(f"the MCP server answered with an error ({exc.code}): "
                                          f"{exc.message}", stderr=self.server.tail())) from None
@@ -167,7 +169,15 @@ class LiveSession:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(calling, CLOSE_GRACE_SECONDS)
             raise
+        except Exception:
+            self._break()
+            raise
         return _answer(result, self.server.tail())
+
+    def _break(self) -> None:
+        """The session cannot be used any more: end it (its keeper leaves)."""
+        self.ended = True
+        self._stop.set()
 
     async def _settled(self) -> None:
         """Give a session whose server went away a moment to notice (its exit status)."""
@@ -189,6 +199,17 @@ class LiveSession:
     def stderr(self) -> str | None:
         """What the server left on stderr (stdio only)."""
         return self.server.stderr if self.ended else self.server.tail()
+
+
+def _session_gone(exc: Any) -> bool:
+    """Whether an error says the session itself is gone (rather than that one request
+    failed): the transport's stand-ins for an HTTP 404 on a known session, or an HTTP
+    error status."""
+    import mcp_types as types
+
+    return bool((exc.code == types.INVALID_REQUEST and exc.message == "Session terminated")
+            or (exc.code == types.INTERNAL_ERROR
+                and exc.message == "Server returned an error response"))
 
 
 def _exit_reason(code: int) -> str:
