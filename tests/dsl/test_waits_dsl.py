@@ -352,8 +352,9 @@ def test_generated_duration_text_parses_to_its_sum(parts: list[tuple[int, str]])
 @example(60.5)
 def test_fractional_seconds_round_trip_closely(seconds: float) -> None:
     back = parse_duration(duration_text(seconds))
-    # Under a minute: six significant digits; from a minute on, whole seconds.
-    assert math.isclose(back, seconds, rel_tol=1e-5, abs_tol=0.5 if seconds >= 59.5 else 1e-9)
+    # Under a minute: six decimal places (never exponent form); from a minute on, whole
+    # seconds.
+    assert math.isclose(back, seconds, rel_tol=1e-9, abs_tol=0.5 if seconds >= 59.5 else 5e-7)
 
 
 def test_duration_text_of_a_tiny_duration_parses_back() -> None:
