@@ -331,7 +331,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``brain mcp tools``: a server's tools and their input schemas."""
-    from brain.mcp_discovery import list_tools
+    from brain.executors.mcp_tools import list_tools
 
     if args.url is None:
         tools = asyncio.run(list_tools(args.server))
