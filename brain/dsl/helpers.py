@@ -3,9 +3,12 @@ is in :mod:`brain.dsl.mcp`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from brain import placeholders, shell_check
 from brain.dsl.model import LlmStepSpec, SecretRef, ShellStepSpec
@@ -112,15 +115,22 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
         temperature: float = 0.7, max_tokens: int | None = None,
         timeout_seconds: float | None = 120, retries: int = 0, retry_delay_seconds: float = 1.0,
         max_output_bytes: int | None = None, after: Sequence[object] | None = None,
-        when: object = None) -> StepNode:
+        when: object = None, schema: type[BaseModel] | dict[str, Any] | None = None) -> StepNode:
     """An LLM step: ``POST {provider_url}/chat/completions`` on any OpenAI-compatible server.
 
     ``model``, ``provider_url`` and ``api_key`` fall back to ``LLM_MODEL``,
     ``LLM_BASE_URL`` and ``LLM_API_KEY`` when ``None``. The output is
     ``choices[0].message.content``.
 
+    ``schema`` (a pydantic model class or a JSON Schema dict) asks for a structured
+    answer: it is sent as ``response_format``, the answer must be JSON valid against it
+    (the model is asked once more if not), and the output is that JSON, compact. A
+    ``@step`` parameter annotated with the model receives it parsed.
+
     >>> summary = llm("summary", prompt=f"Two sentences: {notes}",    # doctest: +SKIP
     ...               model="ministral-3b", max_tokens=400)
+    >>> verdict = llm("verdict", prompt=f"Is this urgent? {notes}",    # doctest: +SKIP
+    ...               schema=Verdict)       # class Verdict(BaseModel): urgent: bool
     """
     tracer = require_tracer("llm")
     name = tracer.check_name(name)
@@ -147,12 +157,46 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                    or max_tokens < 1):
         raise tracer.error(name, f"max_tokens must be a whole number >= 1, not {max_tokens!r}")
+    output_schema, schema_model, schema_name = (None, None, None) if schema is None \
+        else _answer_schema(tracer, name, schema)
     after_names = tracer.after_names(name, after)
     spec = LlmStepSpec(
         name=name, **tracer.placement(name, refs, after_names, when), prompt=prompt_text, system=system_text,
         model=model_name, provider_url=url, api_key=key, temperature=float(temperature),
-        max_tokens=max_tokens, **opts)  # type: ignore[arg-type]
+        max_tokens=max_tokens, output_schema=output_schema, schema_model=schema_model,
+        schema_name=schema_name, **opts)  # type: ignore[arg-type]
     return tracer.add(spec)
+
+
+def _answer_schema(tracer: Tracer, step: str, schema: object
+                   ) -> tuple[dict[str, Any], type[BaseModel] | None, str]:
+    """``schema=`` as (its JSON Schema, its pydantic model if any, its ``json_schema.name``)."""
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            json_schema = schema.model_json_schema()
+        except Exception as exc:  # a field type with no JSON Schema, an undefined forward ref
+            raise tracer.error(step, f"schema={schema.__name__} has no JSON Schema: {exc}") from None
+        # The name OpenAI accepts: ^[a-zA-Z0-9_-]{1,64}$ (a class name may hold other letters).
+        return json_schema, schema, re.sub(r"[^a-zA-Z0-9_-]", "_", schema.__name__)[:64] or "answer"
+    if not isinstance(schema, dict):
+        hint = " (the class, not an instance)" if isinstance(schema, BaseModel) else ""
+        raise tracer.error(step, f"schema must be a pydantic model class{hint} or a JSON Schema "
+                                 f"dict, not {type(schema).__name__}")
+    try:
+        # Stored and hashed as JSON; a copy, so later changes to the caller's dict do not count.
+        plain = json.loads(json.dumps(schema, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise tracer.error(step, f"schema must be JSON data (a JSON Schema dict): {exc}") from None
+    from jsonschema.exceptions import SchemaError  # only for workflows that use a dict schema
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(plain).check_schema(plain)
+    except SchemaError as exc:
+        where = "".join(f"[{p!r}]" for p in exc.path)
+        raise tracer.error(step, f"schema is not a valid JSON Schema: {exc.message}"
+                                 + (f" at schema{where}" if where else "")) from None
+    return plain, None, "answer"
 
 
 def env_templates(tracer: Tracer, step: str, env: Mapping[str, object] | None,

@@ -131,6 +131,12 @@ class LlmStepSpec(StepSpec):
     api_key: SecretRef | SecretStr | None = None
     temperature: float = 0.7
     max_tokens: int | None = None
+    #: ``schema=`` (SPEC §18): the JSON Schema the answer must match, sent as the request's
+    #: ``response_format``; the pydantic model it came from, if any (validates the answer;
+    #: not dumped: the schema stands for it); the ``json_schema.name`` to send.
+    output_schema: dict[str, Any] | None = None
+    schema_model: type[BaseModel] | None = Field(default=None, exclude=True, repr=False)
+    schema_name: str | None = Field(default=None, exclude=True)
 
 
 #: Step options added after the first release, at their defaults (left out of the hash).

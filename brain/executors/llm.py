@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,9 +21,20 @@ from brain._errors import StepFailed
 from brain._secrets import MIN_SECRET_LENGTH, remember, scrub
 from brain.dsl.model import LlmStepSpec, SecretRef
 from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
+from brain.executors.llm_schema import (
+    checked_answer,
+    json_object_form,
+    reask_text,
+    refuses_json_schema,
+    response_format,
+)
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
+
+    from brain.executors.steplog import StepLog
 
 DEFAULT_BASE_URL = "http://localhost:1234/v1"
 _BODY_PREVIEW = 300
@@ -73,10 +85,9 @@ def _retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), _MAX_RETRY_AFTER)
 
 
+@lru_cache(maxsize=256)  # a step per run and per try checks the same few URLs
 def _check_url(url: str) -> None:
     """A base URL that cannot be requested fails the step now, saying so."""
-    from urllib.parse import urlsplit
-
     import httpx
 
     try:
@@ -93,8 +104,10 @@ def _check_url(url: str) -> None:
 
 def _remember_url_password(url: str) -> None:
     """A password in the provider URL is a secret too (scrubbed wherever it shows up)."""
+    if "@" not in url:  # no user or password: nothing to remember (the common case, fast)
+        return
     import base64
-    from urllib.parse import unquote, urlsplit
+    from urllib.parse import unquote
 
     try:
         parts = urlsplit(url)
@@ -125,6 +138,8 @@ class LlmExecutor:
 
     def __init__(self) -> None:
         self._client: httpx.AsyncClient | None = None
+        #: Endpoints that refused ``response_format`` of type ``json_schema`` in this run.
+        self._json_object_urls: set[str] = set()
 
     def prepare(self, spec: LlmStepSpec, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         """Resolve prompt and system; apply the environment fallbacks; build the request."""
@@ -161,6 +176,8 @@ class LlmExecutor:
                                 "temperature": spec.temperature}
         if spec.max_tokens is not None:
             body["max_tokens"] = spec.max_tokens
+        if spec.output_schema is not None:
+            body["response_format"] = response_format(spec)
         url = chat_url(base)
         if key:
             url = _without_userinfo(url)  # the Bearer key authenticates; URL credentials would win
@@ -172,53 +189,150 @@ class LlmExecutor:
             inputs["max_tokens"] = spec.max_tokens
         if key:
             inputs["api_key"] = REDACTED
+        if spec.output_schema is not None:
+            inputs["schema"] = spec.schema_name
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return PreparedStep(inputs=inputs, payload={"url": url, "body": body, "headers": headers},
                             secrets=secrets)
 
     async def execute(self, spec: LlmStepSpec, prepared: PreparedStep,
                       ctx: StepContext) -> StepOutput:
-        """Send the request; return ``choices[0].message.content``."""
+        """Send the request; return ``choices[0].message.content``.
+
+        With a schema, the output is the validated answer's compact JSON; an answer that
+        does not match is shown its error and asked once more (in this same try).
+        """
+        body: dict[str, Any] = prepared.payload["body"]
+        content = await self._ask(prepared.payload, body, ctx.log)
+        if spec.output_schema is None:
+            return StepOutput(output=content)
+        output, reason = checked_answer(spec, content)
+        if output is None:
+            messages = [*body["messages"], {"role": "assistant", "content": content},
+                        {"role": "user", "content": reask_text(reason)}]
+            content = await self._ask(prepared.payload, {**body, "messages": messages}, ctx.log)
+            output, reason = checked_answer(spec, content)
+        if output is None:
+            raise StepFailed(f"answer does not match the schema: {reason}", retryable=False)
+        return StepOutput(output=output)
+
+    async def _ask(self, payload: dict[str, Any], body: dict[str, Any],
+                   log: StepLog | None) -> str:
+        """One question (see :meth:`_answer`). A server that refuses ``response_format`` of
+        type ``json_schema`` (llama-cpp-python's takes ``json_object`` with a ``schema``) is
+        asked in that form instead, here and for the rest of the run."""
+        url: str = payload["url"]
+        if "response_format" not in body:
+            return await self._answer(payload, body, log)
+        if url in self._json_object_urls:
+            return await self._answer(payload, json_object_form(body), log)
+        try:
+            return await self._answer(payload, body, log)
+        except _RefusedFormat as refused:
+            try:
+                content = await self._answer(payload, json_object_form(body), log)
+            except _RefusedFormat:
+                raise refused from None  # the first refusal says what the server lacks
+            self._json_object_urls.add(url)
+            return content
+
+    async def _answer(self, payload: dict[str, Any], body: dict[str, Any],
+                      log: StepLog | None) -> str:
+        """One request: the answer's content text (its usage counted in ``log``)."""
         import httpx
 
         if self._client is None:
             # No client-side timeout: the step's timeout_seconds bounds the whole call.
-            self._client = httpx.AsyncClient(timeout=None, trust_env=False)
-        url: str = prepared.payload["url"]
-        shown = shown_endpoint(url)
+            self._client = httpx.AsyncClient(timeout=None, trust_env=False, verify=_tls_context())
+        url: str = payload["url"]
         try:
-            response = await self._client.post(url, json=prepared.payload["body"],
-                                               headers=prepared.payload["headers"])
+            response = await self._client.post(_request_url(url), json=body,
+                                               headers=payload["headers"])
         except httpx.TimeoutException as exc:
-            raise StepFailed(f"timed out talking to {shown}: {type(exc).__name__}") from None
+            raise StepFailed(f"timed out talking to {shown_endpoint(url)}: "
+                             f"{type(exc).__name__}") from None
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
-            raise StepFailed(f"cannot reach {shown}: {reason}") from None
+            raise StepFailed(f"cannot reach {shown_endpoint(url)}: {reason}") from None
         status = response.status_code
         if status >= 400:
+            _count_usage(_json_of(response), log)  # an error may have cost tokens too
             retryable = status == 429 or status >= 500
-            raise StepFailed(f"HTTP {status} from {shown}: {_preview(response.text)}",
-                             retryable=retryable,
-                             retry_after=_retry_after(response.headers.get("retry-after"))
-                             if retryable else None)
-        try:
-            data = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise StepFailed(f"the answer from {shown} is not JSON: {_preview(response.text)}",
-                             retryable=False) from None
+            error = _RefusedFormat if refuses_json_schema(body, status, response.text) else StepFailed
+            raise error(f"HTTP {status} from {shown_endpoint(url)}: {_preview(response.text)}",
+                        retryable=retryable,
+                        retry_after=_retry_after(response.headers.get("retry-after"))
+                        if retryable else None)
+        data = _json_of(response)
+        if data is _NOT_JSON:
+            raise StepFailed(f"the answer from {shown_endpoint(url)} is not JSON: "
+                             f"{_preview(response.text)}", retryable=False)
+        _count_usage(data, log)
         try:
             content = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             content = False
         if content is False or not (content is None or isinstance(content, str)):
-            raise StepFailed(f"the answer from {shown} has no choices[0].message.content text: "
-                             f"{_preview(response.text)}", retryable=False)
+            raise StepFailed(f"the answer from {shown_endpoint(url)} has no "
+                             f"choices[0].message.content text: {_preview(response.text)}",
+                             retryable=False)
         if not content:
             raise StepFailed(EMPTY_CONTENT, retryable=False)
-        return StepOutput(output=content)
+        return str(content)
 
     async def close(self) -> None:
         """Close the HTTP client (its pooled connections)."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+@cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS settings of every run's client, made once per process: loading the CA bundle
+    takes 20-60 ms, which each run's first LLM step used to spend (even over plain HTTP).
+    The same as httpx's default with ``trust_env=False``."""
+    import ssl
+
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+@lru_cache(maxsize=256)
+def _request_url(url: str) -> httpx.URL:
+    """``url`` parsed once: httpx parses a string URL on every request (about 25 µs)."""
+    import httpx
+
+    return httpx.URL(url)
+
+
+class _RefusedFormat(StepFailed):
+    """An HTTP error that names the ``response_format`` asked for: the server may take
+    another form of it."""
+
+
+_NOT_JSON = object()
+
+
+def _json_of(response: httpx.Response) -> Any:
+    """The body parsed as JSON, or :data:`_NOT_JSON` when it is not JSON."""
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _NOT_JSON
+
+
+def _count_usage(data: Any, log: StepLog | None) -> None:
+    """Count an answer's ``usage`` (SPEC §18) in the step's log, when it has whole numbers."""
+    if log is None or not isinstance(data, dict):
+        return
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    prompt = prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None
+    completion = completion if isinstance(completion, int) and not isinstance(completion, bool) \
+        else None
+    if prompt is not None or completion is not None:
+        log.count_usage(prompt or 0, completion or 0)

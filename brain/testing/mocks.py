@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from brain._errors import StepFailed
-from brain.dsl.model import WAIT_KINDS
+from brain.dsl.model import WAIT_KINDS, LlmStepSpec
 from brain.executors import Executor, default_executors
 from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
 from brain.executors.function import output_text
+from brain.executors.llm_schema import checked_answer
 from brain.results import RunResult, base_name
 from brain.runner.queueing import failure_of
 
@@ -102,16 +103,29 @@ class _MockingExecutor:
                             index)
             calls.append(call)
         if not callable(mock):
-            return StepOutput(output=output_text(mock))
+            return StepOutput(output=_checked(spec, output_text(mock)))
         value = mock(call)
         if inspect.isawaitable(value):
             value = await value
-        return StepOutput(output=output_text(value))
+        return StepOutput(output=_checked(spec, output_text(value)))
 
     async def close(self) -> None:
         close = getattr(self.real, "close", None)
         if close is not None:
             await close()
+
+
+def _checked(spec: Any, output: str) -> str:
+    """A mock's output as the real step would give it: an ``llm()`` step with a schema
+    (SPEC §18) gives the validated answer's compact JSON, and a mock that does not match
+    the schema fails the step."""
+    if not isinstance(spec, LlmStepSpec) or spec.output_schema is None:
+        return output
+    checked, reason = checked_answer(spec, output)
+    if checked is None:
+        raise StepFailed(f"the mock of step {base_name(spec.name)!r} does not match its schema: "
+                         f"{reason}", retryable=False)
+    return checked
 
 
 def _not_mocked(spec: Any) -> StepFailed:
@@ -173,7 +187,9 @@ def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mo
     raises to fail the step; retries and halting then behave as in a real
     run). An output is stored as a ``@step``'s return value is: a string as
     is, ``None`` as ``""``, anything else (a list, a dict, a number) as its
-    JSON text. Unmocked steps run for real unless ``strict=True``.
+    JSON text. A mock of an ``llm()`` step with ``schema=`` is validated as a real
+    answer would be: its output is the validated value's compact JSON, and a mock that
+    does not match fails the step. Unmocked steps run for real unless ``strict=True``.
     ``previous`` seeds ``{previous.X}``.
 
     >>> r = run_workflow(daily_digest, trigger={"body": "db outage"},    # doctest: +SKIP
