@@ -9,7 +9,7 @@ with several ``brain worker`` processes, scrape each (or sum them).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -17,6 +17,8 @@ from brain.dsl.model import WAIT_KINDS
 
 #: Webhook delivery outcomes, as counted.
 DELIVERY_OUTCOMES = ("accepted", "duplicate", "refused", "too_large", "throttled")
+#: The kinds of LLM tokens counted (``brain_llm_tokens_total``'s ``kind`` label).
+TOKEN_KINDS = ("prompt", "completion")
 
 
 class Metrics:
@@ -45,6 +47,20 @@ class Metrics:
         self.waiting = Gauge("brain_runs_waiting", "Runs waiting (SPEC §16), by what their "
                              "steps wait for: sleep, approval or signal (the database's count, "
                              "read when scraped)", ["workflow", "kind"], registry=r)
+        self.llm_tokens = Counter("brain_llm_tokens", "Tokens LLM steps spent (SPEC §18), by "
+                                  "workflow, model and kind: prompt or completion",
+                                  ["workflow", "model", "kind"], registry=r)
+
+    def count_tokens(self, workflow: str, model: str | None,
+                     usage: Mapping[str, int] | None) -> None:
+        """Count the tokens a step spent (``usage``: ``prompt_tokens``,
+        ``completion_tokens``; ``None``: nothing to count). ``model``: ``unknown`` when
+        ``None``."""
+        if not usage:
+            return
+        for kind in TOKEN_KINDS:
+            spent = usage.get(f"{kind}_tokens") or 0
+            self.llm_tokens.labels(workflow, model or "unknown", kind).inc(max(int(spent), 0))
 
     async def exposition(self, queued: Callable[[], Awaitable[int]],
                          waiting: Callable[[], Awaitable[list[tuple[str, str, int]]]] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -234,7 +235,35 @@ def run_detail(r: RunResult) -> None:
     for s in r.steps.values():
         if s.status in ("failed", "cancelled") and (s.output or s.stderr):
             _what_it_printed(s.name, s.output, s.stderr)
+    usage_and_progress(r)
     waits_and_decisions(r)
+
+
+def usage_text(usage: Mapping[str, int]) -> str:
+    """Tokens spent, as ``brain show`` words them.
+
+    >>> usage_text({"prompt_tokens": 1200, "completion_tokens": 7})
+    '1,200 prompt + 7 completion'
+    """
+    return (f"{usage.get('prompt_tokens', 0):,} prompt + "
+            f"{usage.get('completion_tokens', 0):,} completion")
+
+
+def usage_and_progress(r: RunResult) -> None:
+    """Each step's tokens (an LLM step, SPEC §18) and latest progress (an MCP step, SPEC
+    §17), and the tokens the whole run spent (when any step spent some)."""
+    from brain.executors.steplog import progress_text
+
+    total: dict[str, int] | None = None
+    for s in r.steps.values():
+        if s.usage:
+            out.print(f"[bold]{escape(s.name)}[/]: tokens {usage_text(s.usage)}")
+            total = {key: (total or {}).get(key, 0) + s.usage.get(key, 0)
+                     for key in ("prompt_tokens", "completion_tokens")}
+        if s.progress:
+            out.print(f"[bold]{escape(s.name)}[/]: {escape(progress_text(s.progress))}")
+    if total is not None:
+        out.print(f"tokens in all: {usage_text(total)}")
 
 
 def waits_and_decisions(r: RunResult) -> None:

@@ -210,6 +210,8 @@ class RunTaker:
     def _observe_step(self, event: StepEvent, fields: dict[str, str]) -> None:
         if event.status in ("succeeded", "failed") and event.seconds is not None:
             self.metrics.step_seconds.labels(event.kind, event.status).observe(event.seconds)
+        if event.usage:  # at an LLM step's end, whatever the end: every try's tokens count
+            self.metrics.count_tokens(fields["workflow"], event.model, event.usage)
         if event.status in ("failed", "retrying"):
             then = ", retrying" if event.status == "retrying" else ""
             run_log.warning("run %s of %s: step %r failed (try %d%s): %s", event.run_id,

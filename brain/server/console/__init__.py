@@ -1,13 +1,14 @@
 """The console (SPEC §13): workflows, runs and one run, server-rendered from templates.
 
 Readable without JavaScript; ``static/console.js`` adds live updates, "Run now",
-"Cancel", "Retry", "Approve" / "Reject", copy buttons and step logs. Live pages are drawn
-here only: on each change ``GET /api/events`` announces, the script fetches the page again
-and swaps in its parts. ``rendering.py`` holds the templates and who may see a page,
-``timeline.py`` lays out a run's timeline, ``labels.py`` words triggers, webhook headers
-and failure links, ``waits.py`` what waiting steps wait for and how they were decided,
-``deciding.py`` the Approve / Reject route, ``graph.py`` draws the graph. Every
-asset ships in this package: nothing is fetched from elsewhere. With
+"Cancel", "Retry", "Approve" / "Reject", copy buttons and a running step's progress,
+``static/logs.js`` step logs. Live pages are drawn here only: on each change
+``GET /api/events`` announces, the script fetches the page again and swaps in its parts.
+``rendering.py`` holds the templates and who may see a page, ``timeline.py`` lays out a
+run's timeline, ``labels.py`` words triggers, webhook headers and failure links,
+``waits.py`` what waiting steps wait for and how they were decided, ``deciding.py`` the
+Approve / Reject route, ``usage.py`` a step's tokens and progress, ``graph.py`` draws the
+graph. Every asset ships in this package: nothing is fetched from elsewhere. With
 ``BRAIN_API_TOKEN`` set, ``/login`` takes the token once and keeps it in a
 ``SameSite=Strict``, ``HttpOnly`` cookie.
 """
@@ -35,7 +36,7 @@ from brain.results import FINISHED_RUN, RunResult, RunStatus, base_name
 from brain.server import security
 from brain.server.access import ServiceAccess, provide_access
 from brain.server.bodies import workflow_summary
-from brain.server.console import deciding, labels, waits
+from brain.server.console import deciding, labels, usage, waits
 from brain.server.console.rendering import allowed, render, run_seconds
 from brain.server.console.timeline import timeline, took
 
@@ -136,6 +137,9 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
                   inputs=lambda name: json.dumps(run.steps[name].inputs, indent=2,
                                                  ensure_ascii=False),
                   is_instance=lambda name: base_name(name) != name,
+                  tokens=usage.total_tokens(run.steps.values()),
+                  step_tokens=lambda name: usage.tokens(run.steps[name]),
+                  progress=lambda name: usage.progress(run.steps[name]),
                   **_waits(request, run))
 
 
