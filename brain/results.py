@@ -10,7 +10,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -156,10 +156,29 @@ class RunResult(BaseModel):
         """Whether the run ended ``succeeded``."""
         return self.status == RunStatus.SUCCEEDED
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def usage(self) -> dict[str, int] | None:
+        """The tokens the run's LLM steps spent in all (SPEC §18), or ``None`` when no step
+        has usage (or the steps were not read)."""
+        return self.usage_total()
+
+    def usage_total(self) -> dict[str, int] | None:
+        """The tokens the run's LLM steps spent in all (SPEC §18), or ``None`` when no step
+        has usage."""
+        found = [s.usage for s in self.steps.values() if s.usage]
+        if not found:
+            return None
+        return {key: sum(int(u.get(key, 0)) for u in found)
+                for key in ("prompt_tokens", "completion_tokens")}
+
     def to_json_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``brain show --json`` and the API: steps as a list in call order."""
+        """The JSON shape of ``brain show --json`` and the API: steps as a list in call order,
+        and ``usage``, the tokens of all its steps."""
         data = self.model_dump(mode="json", exclude={"steps"})
+        usage = data.pop("usage")
         data["steps"] = [s.model_dump(mode="json") for s in self.steps.values()]
+        data["usage"] = usage  # after the steps it adds up
         return data
 
 

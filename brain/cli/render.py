@@ -254,14 +254,12 @@ def usage_and_progress(r: RunResult) -> None:
     §17), and the tokens the whole run spent (when any step spent some)."""
     from brain.executors.steplog import progress_text
 
-    total: dict[str, int] | None = None
     for s in r.steps.values():
         if s.usage:
             out.print(f"[bold]{escape(s.name)}[/]: tokens {usage_text(s.usage)}")
-            total = {key: (total or {}).get(key, 0) + s.usage.get(key, 0)
-                     for key in ("prompt_tokens", "completion_tokens")}
         if s.progress:
             out.print(f"[bold]{escape(s.name)}[/]: {escape(progress_text(s.progress))}")
+    total = r.usage_total()
     if total is not None:
         out.print(f"tokens in all: {usage_text(total)}")
 

@@ -185,7 +185,8 @@ class StepRunner:
                 state.mark.drop()  # the run records this step as cancelled; no late "running"
                 # What it printed so far is kept with its end, which the run writes.
                 self.recorder.cut_off(spec.name, stored_text(prepared.output, secrets),
-                                      stored_text(prepared.stderr, secrets))
+                                      stored_text(prepared.stderr, secrets),
+                                      state.writer.log.usage)
                 raise
             finally:
                 self.lease.step_ended(spec.name)
@@ -216,7 +217,8 @@ class StepRunner:
         try:
             await state.writer.close()
         except asyncio.CancelledError:  # ended, then cut off before its end was written
-            self.recorder.cut_off(name, fields.get("output"), fields.get("stderr"))
+            self.recorder.cut_off(name, fields.get("output"), fields.get("stderr"),
+                                  state.writer.log.usage)
             raise
         await state.mark.settle()
         for task in state.records:
@@ -283,23 +285,24 @@ class _RunningMark:
     def __init__(self, store: RunStore, run_id: str, name: str, inputs: dict[str, object],
                  tries: int, started: datetime, owner: str) -> None:
         self.writing = False
+        self.task: asyncio.Future[None] | None = None
 
-        async def mark() -> None:
-            await asyncio.sleep(MARK_AFTER_SECONDS)
+        def begin() -> None:
             self.writing = True
-            await store.step_running(run_id, name, inputs=inputs, tries=tries, started_at=started,
-                                     owner=owner)
+            self.task = asyncio.ensure_future(store.step_running(
+                run_id, name, inputs=inputs, tries=tries, started_at=started, owner=owner))
+            # A mark whose step was stopped is never awaited: its error (a lost lease, a
+            # stalled database) is the run's business, not an "exception never retrieved".
+            self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
-        self.task = asyncio.create_task(mark())
-        # A mark whose step was stopped is never awaited: its error (a lost lease, a stalled
-        # database) is the run's business, not an "exception never retrieved" report.
-        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        # A timer, not a task: most steps end before it fires, and then cost nothing.
+        self._timer = asyncio.get_running_loop().call_later(MARK_AFTER_SECONDS, begin)
 
     def drop(self) -> None:
         """Forget the mark unless its write has begun (a begun write lands first: the
         store's lock is first come, first served)."""
         if not self.writing:
-            self.task.cancel()
+            self._timer.cancel()
 
     async def settle(self) -> None:
         """Before the final write: drop the mark if it was not begun, else let it land first.
@@ -307,5 +310,6 @@ class _RunningMark:
         A mark that failed (a lost lease) raises here, on the step's own path.
         """
         self.drop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        if self.task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task

@@ -57,6 +57,8 @@ class LogWriter:
         if self.closed:
             return
         self.closed = True
+        if self.writing is None and not self.log.any_fed:
+            return  # nothing printed, nothing being written: no task to make
         # Shielded: a cancel arriving now (a sibling failed) must not lose the last lines;
         # the run's end waits for them (LogFlusher.settle).
         final = asyncio.ensure_future(self._final())

@@ -34,7 +34,7 @@ class Recorder:
         self.on_log = on_log
         self.flusher = LogFlusher()
         #: What steps cut off by a cancel had printed: written with the run's end.
-        self._cut_off: dict[str, tuple[str | None, str | None]] = {}
+        self._cut_off: dict[str, tuple[str | None, str | None, dict[str, int] | None]] = {}
 
     def log_writer(self, step: str, prior_tries: int) -> LogWriter:
         """A writer that stores ``step``'s log as it runs (and tells ``on_log``)."""
@@ -43,19 +43,21 @@ class Recorder:
         self.flusher.add(writer)
         return writer
 
-    def cut_off(self, step: str, output: str | None, stderr: str | None) -> None:
-        """Keep what ``step`` printed before a cancel cut it off, for :meth:`write_cut_off`."""
-        if output or stderr:
-            self._cut_off[step] = (output or None, stderr)
+    def cut_off(self, step: str, output: str | None, stderr: str | None,
+                usage: dict[str, int] | None = None) -> None:
+        """Keep what ``step`` printed (and the tokens it spent) before a cancel cut it off,
+        for :meth:`write_cut_off`."""
+        if output or stderr or usage:
+            self._cut_off[step] = (output or None, stderr, usage)
 
     async def write_cut_off(self) -> None:
         """Store what the steps cut off had printed, and their last log lines (before their
         end is written)."""
         await self.flusher.settle()
         while self._cut_off:
-            step, (output, stderr) = self._cut_off.popitem()
+            step, (output, stderr, usage) = self._cut_off.popitem()
             await self.store.step_output(self.run_id, step, output=output, stderr=stderr,
-                                         owner=self.owner)
+                                         owner=self.owner, usage=usage)
 
     def emit(self, step: str, status: str, tries: int = 0, error: str | None = None,
              seconds: float | None = None, usage: dict[str, int] | None = None,

@@ -170,6 +170,12 @@ class StepDetail(Struct):
     decision: Annotated[dict[str, Any] | None, Meta(
         description="how an approval or a wait_for step was decided: approved, comment, by "
                     "(console, cli, api, timeout), at; for a signal: signal, key")] = None
+    usage: Annotated[dict[str, int] | None, Meta(
+        description="the tokens an llm step spent, every try and re-ask counted (SPEC §18): "
+                    "prompt_tokens, completion_tokens")] = None
+    progress: Annotated[dict[str, Any] | None, Meta(
+        description="the latest progress an MCP server reported for the step (SPEC §17): "
+                    "progress, total, message")] = None
 
 
 class RunDetail(Struct):
@@ -186,6 +192,8 @@ class RunDetail(Struct):
     previous_run_id: str | None
     retry_of: str | None
     steps: list[StepDetail]
+    usage: Annotated[dict[str, int] | None, Meta(
+        description="the tokens all its llm steps spent (SPEC §18)")] = None
 
 
 # --- step logs -------------------------------------------------------------------------------------

@@ -144,8 +144,10 @@ class RunStore(Protocol):
         ...
 
     async def step_output(self, run_id: str, name: str, *, output: str | None,
-                          stderr: str | None, owner: str | None = None) -> None:
-        """Keep what a step printed before it was cut off (its status is written after)."""
+                          stderr: str | None, owner: str | None = None,
+                          usage: dict[str, int] | None = None) -> None:
+        """Keep what a step printed (and, an LLM step, the tokens it spent) before it was cut
+        off (its status is written after)."""
         ...
 
     async def append_log(self, run_id: str, step: str, batch: LogBatch, *,

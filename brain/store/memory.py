@@ -135,10 +135,13 @@ class MemoryStore(MemoryWaits, MemoryQueue):
             step.started_at = as_stored(started_at)
 
     async def step_output(self, run_id: str, name: str, *, output: str | None,
-                          stderr: str | None, owner: str | None = None) -> None:
-        """Keep what a step printed before it was cut off (its status is written after)."""
+                          stderr: str | None, owner: str | None = None,
+                          usage: dict[str, int] | None = None) -> None:
+        """Keep what a step printed (and, an LLM step, the tokens it spent) before it was cut
+        off (its status is written after)."""
         step = self._leased(run_id, owner).steps[name]
         step.output, step.stderr = clean_text(output), clean_text(stderr)
+        step.usage = None if usage is None else dict(usage)
 
     async def append_log(self, run_id: str, step: str, batch: LogBatch, *,
                          owner: str | None = None) -> None:

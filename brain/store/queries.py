@@ -130,7 +130,8 @@ STEP_PROCESSES = (
 STEP_KINDS_OF = ("SELECT run_id, name, kind, status, tries, progress FROM brain_steps "
                  "WHERE run_id IN ")
 
-STEP_OUTPUT = "UPDATE brain_steps SET output = :output, stderr = :stderr" + _STEP
+STEP_OUTPUT = ("UPDATE brain_steps SET output = :output, stderr = :stderr, usage = :usage"
+               + _STEP)
 STEP_PROGRESS = "UPDATE brain_steps SET progress = :progress" + _STEP
 
 # --- waiting steps (SPEC §16) --------------------------------------------------------------

@@ -76,10 +76,13 @@ class StepRecords(UsesBackend):
         check_lease(written.rowcount, owner)
 
     async def step_output(self, run_id: str, name: str, *, output: str | None,
-                          stderr: str | None, owner: str | None = None) -> None:
-        """Keep what a step printed before it was cut off (its status is written after)."""
+                          stderr: str | None, owner: str | None = None,
+                          usage: dict[str, int] | None = None) -> None:
+        """Keep what a step printed (and, an LLM step, the tokens it spent) before it was cut
+        off (its status is written after)."""
         written = await self.db.write(_leased(queries.STEP_OUTPUT, owner), {
             "run_id": run_id, "name": name, "output": clean_text(output),
+            "usage": None if usage is None else json.dumps(usage),
             "stderr": clean_text(stderr), "owner": owner})
         check_lease(written.rowcount, owner)
 

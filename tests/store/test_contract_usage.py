@@ -65,3 +65,14 @@ async def test_a_reset_step_forgets_its_usage_and_progress(store: Any) -> None:
     await store.append_logs(run_id, [("tool", LogBatch(progress={"progress": 1}))], owner=OWNER)
     await store.reset_steps(run_id, ["tool"], owner=OWNER)
     assert (await store.get_run(run_id)).steps["tool"].progress is None
+
+
+async def test_a_step_cut_off_keeps_the_tokens_it_spent(store: Any) -> None:
+    run_id = await make_run(store, owner=OWNER, steps=("ask",), kind="llm")
+    await store.step_output(run_id, "ask", output=None, stderr=None, owner=OWNER,
+                            usage={"prompt_tokens": 9, "completion_tokens": 0})
+    await store.steps_ended(run_id, ["ask"], StepStatus.CANCELLED, "cancelled", owner=OWNER)
+    run = await store.get_run(run_id)
+    assert run.steps["ask"].usage == {"prompt_tokens": 9, "completion_tokens": 0}
+    assert run.usage == {"prompt_tokens": 9, "completion_tokens": 0}
+    assert run.to_json_dict()["usage"] == run.usage
