@@ -27,6 +27,11 @@ log = logging.getLogger("brain.service")
 #: record attributes (``run_id``, ``workflow``, ``step``, ``status``) for the JSON format.
 run_log = logging.getLogger("brain.runs")
 IDLE_POLL_SECONDS = 1.0
+#: On SQLite nothing announces runs other processes queue: idle takers look this often, so
+#: such a run starts within a second (SPEC §19).
+SQLITE_POLL_SECONDS = 0.5
+#: How long to wait before listening again after the listening connection was lost.
+RELISTEN_SECONDS = 1.0
 #: How often the timers of waiting steps are looked for, at most (a timer another process
 #: recorded is fired within this of its due time).
 TIMER_LOOK_SECONDS = 0.25
@@ -77,6 +82,25 @@ class RunTaker:
         self.tasks.append(asyncio.create_task(self._resume_loop(), name="brain-resume"))
         self.tasks.append(asyncio.create_task(self._timer_loop(), name="brain-timers"))
         self.tasks.append(asyncio.create_task(self._heartbeat_loop(), name="brain-heartbeat"))
+        if self.store.notifies:
+            self.tasks.append(asyncio.create_task(self._listen_loop(), name="brain-listen"))
+
+    @property
+    def idle_poll(self) -> float:
+        """How long an idle taker waits before it looks at the queue again unasked."""
+        return IDLE_POLL_SECONDS if self.store.notifies else SQLITE_POLL_SECONDS
+
+    async def _listen_loop(self) -> None:
+        """Wake the idle takers whenever any process queues a run (PostgreSQL's NOTIFY),
+        listening again when the connection is lost; polling goes on meanwhile."""
+        while not self.stopping:
+            try:
+                await self.store.watch_queued(self.wake.set)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database is away: poll until it is back
+                log.debug("cannot listen for queued runs: %s", exc)
+            await asyncio.sleep(RELISTEN_SECONDS)
 
     def is_stopping(self) -> bool:
         """Whether the service is stopping (a run cut off now is left to be resumed)."""
@@ -144,6 +168,9 @@ class RunTaker:
     async def _taker(self) -> None:
         """Take a run, execute it, repeat; a store error is logged and retried."""
         while not self.stopping:
+            # Cleared before looking, not after: a run queued while this taker looks wakes
+            # it at once instead of a poll later.
+            self.wake.clear()
             try:
                 taken = await self._take()
             except asyncio.CancelledError:
@@ -151,11 +178,10 @@ class RunTaker:
             except Exception:
                 log.exception("cannot take a run to execute; retrying")
                 taken = None
-                await asyncio.sleep(IDLE_POLL_SECONDS)
+                await asyncio.sleep(self.idle_poll)
             if taken is None:
-                self.wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)
+                    await asyncio.wait_for(self.wake.wait(), self.idle_poll)
                 continue
             run_id, first_start, woken = taken
             task = asyncio.current_task()

@@ -36,6 +36,12 @@ class MemoryQueue(MemoryState):
     #: (when counted, count), as :class:`brain.store.queue.RunQueue` keeps it.
     _queued_cache: tuple[float, int] | None = None
 
+    #: A memory store is one process's: nothing queued elsewhere to hear of.
+    notifies = False
+
+    async def watch_queued(self, on_queued: Callable[[], None]) -> None:
+        """Nothing to watch (see :meth:`brain.store.queue.RunQueue.watch_queued`)."""
+
     async def enqueue_run(self, *, run_id: str, workflow: str, definition_hash: str,
                           trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                           trigger_key: str | None = None, delivery_id: str | None = None,

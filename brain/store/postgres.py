@@ -97,6 +97,12 @@ class PostgresConnection:
         return self.conn.execute(_text(sql), _bound(params)).rowcount
 
 
+#: How often a listening connection is checked (a connection that went silent is lost).
+LISTEN_CHECK_SECONDS = 5.0
+#: The ``application_name`` of a listening connection.
+LISTENER_NAME = "brain-listen"
+
+
 class PostgresBackend:
     """A PostgreSQL database through SQLAlchemy's async engine (asyncpg)."""
 
@@ -171,6 +177,31 @@ class PostgresBackend:
             async with self._engine.begin() as conn:
                 return await conn.run_sync(lambda sync: job(PostgresConnection(sync)))
         return await _guarded(partial(_retrying, go))
+
+    async def listen(self, channel: str, on_notify: Callable[[], None]) -> None:
+        """Call ``on_notify`` at once and then on every ``NOTIFY`` on ``channel``, on a
+        connection of its own, until the connection is lost (then return: the caller
+        listens again) or the task is cancelled. A lost connection is noticed within
+        :data:`LISTEN_CHECK_SECONDS`, even one that went silent."""
+        conn = await self._auto.connect()
+        try:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            lost = asyncio.Event()
+            # Named, so an operator can see it in pg_stat_activity.
+            await driver.execute(f"SET application_name = '{LISTENER_NAME}'")
+            await driver.add_listener(channel, lambda *_: on_notify())
+            driver.add_termination_listener(lambda *_: lost.set())
+            on_notify()  # what was queued while nobody listened
+            while not lost.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(lost.wait(), LISTEN_CHECK_SECONDS)
+                if not lost.is_set():
+                    await asyncio.wait_for(driver.execute("SELECT 1"), LISTEN_CHECK_SECONDS)
+        finally:
+            # Never back to the pool: the listener would stay on the connection.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(conn.invalidate())
 
     async def upgrade_schema(self) -> tuple[str | None, str]:
         """Create or upgrade the schema (``brain db upgrade``)."""

@@ -26,11 +26,29 @@ class QueueFull(StoreError):
     """More than ``BRAIN_MAX_QUEUED_RUNS`` runs are queued: try again later."""
 
 
+#: The channel a run's becoming ``queued`` is announced on (migration 0009).
+QUEUED_CHANNEL = "brain_queued"
+
+
 class RunQueue(UsesBackend):
     """The queue's reads and writes."""
 
     #: (when counted, count) for :meth:`_queued_estimate`.
     _queued_cache: tuple[float, int] | None = None
+
+    @property
+    def notifies(self) -> bool:
+        """Whether :meth:`watch_queued` hears of runs other processes queue (PostgreSQL)."""
+        return hasattr(self.db, "listen")
+
+    async def watch_queued(self, on_queued: Callable[[], None]) -> None:
+        """Call ``on_queued`` whenever any process queues a run (enqueued, fired, woken,
+        retried; SPEC §19), until the connection is lost (then return: call again) or the
+        task is cancelled. PostgreSQL only (``LISTEN brain_queued``, sent by a trigger when
+        the run's transaction commits); elsewhere it returns at once."""
+        listen = getattr(self.db, "listen", None)
+        if listen is not None:
+            await listen(QUEUED_CHANNEL, on_queued)
 
     async def enqueue_run(self, *, run_id: str, workflow: str, definition_hash: str,
                           trigger: TriggerData, step_rows: Sequence[tuple[str, str]],

@@ -1,0 +1,141 @@
+"""Pickup latency (SPEC §19): a run queued by another process starts on an idle
+``brain worker`` at once on PostgreSQL (``NOTIFY brain_queued`` wakes it), within a second
+on SQLite (it looks twice a second).
+
+The latency is measured by the step itself: its shell prints the time it started, taken
+against the time the enqueue committed in this test process (one machine, one clock).
+The bounds are generous (the machine is shared): what they prove is the mechanism — a
+worker that only polled once a second would show a median near half a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serve_support import brain_argv, clean_env
+from support import upgraded_schema, write_source
+
+from brain.loader import load_file
+from brain.results import TriggerData
+from brain.runner.queueing import enqueue, new_run
+from brain.store import Store
+
+RUNS = 20
+FLOWS = '''
+from brain import shell, workflow
+
+
+@workflow
+def stamp():
+    shell("now", command="date +%s.%N")
+'''
+
+
+@pytest.fixture
+def worker_of(tmp_path: Path) -> Iterator[Any]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(url: str, folder: Path) -> subprocess.Popen[bytes]:
+        env = clean_env(tmp_path / "unused.db", {"BRAIN_DATABASE_URL": url})
+        with (tmp_path / "worker.out").open("wb") as out:
+            proc = subprocess.Popen([*brain_argv(), "worker", str(folder), "--concurrency", "2"],
+                                    env=env, stdout=out, stderr=subprocess.STDOUT)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+async def _latencies(url: str, folder: Path, worker: subprocess.Popen[bytes]) -> list[float]:
+    """Queue ``RUNS`` runs one after another (each once the last ended): how long after the
+    enqueue committed each step started."""
+    wf = load_file(folder / "stamp.py")["stamp"]
+    found: list[float] = []
+
+    async def queue(store: Store) -> str:
+        run_id, _ = await enqueue(store, new_run(wf, TriggerData()), trigger_key="api",
+                                  max_queued=None)
+        return str(run_id)
+
+    async with Store(url) as store:
+        # The worker is up once it has taken a first run.
+        await _ended(store, await queue(store), worker)
+        for _ in range(RUNS):
+            await asyncio.sleep(0.2)  # the worker is idle, waiting
+            queued_at = time.time()
+            run_id = await queue(store)
+            run = await _ended(store, run_id, worker)
+            assert run.succeeded, run.error
+            found.append(float(run.steps["now"].output or "nan") - queued_at)
+    return found
+
+
+async def _ended(store: Store, run_id: str, worker: subprocess.Popen[bytes]) -> Any:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        run = await store.get_run(run_id)
+        if run.status in ("succeeded", "failed", "cancelled"):
+            return run
+        assert worker.poll() is None, "the worker died"
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"run {run_id} did not end")
+
+
+def test_an_idle_postgres_worker_starts_a_run_queued_elsewhere_at_once(
+        tmp_path: Path, fresh_pg_url: str, worker_of: Any) -> None:
+    asyncio.run(upgraded_schema(fresh_pg_url))
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    write_source(folder, "stamp.py", FLOWS)
+    worker = worker_of(fresh_pg_url, folder)
+    found = asyncio.run(_latencies(fresh_pg_url, folder, worker))
+    median = statistics.median(found)
+    print(f"pickup on PostgreSQL: median {median * 1000:.1f} ms, "
+          f"max {max(found) * 1000:.1f} ms over {RUNS} runs")
+    assert all(t > 0 for t in found)
+    assert median < 0.25, sorted(found)
+    # The listening connection is cut (a restart, a proxy): the worker listens again.
+    assert asyncio.run(_cut_listeners(fresh_pg_url)) == 1
+    found = asyncio.run(_latencies(fresh_pg_url, folder, worker))
+    assert statistics.median(found) < 0.25, sorted(found)
+    assert asyncio.run(_cut_listeners(fresh_pg_url)) == 1, "one listener, listening again"
+
+
+async def _cut_listeners(url: str) -> int:
+    """End the database connections listening for queued runs; how many there were."""
+    from sqlalchemy import text
+
+    async with Store(url) as store, store.engine.connect() as conn:
+        rows = await conn.execute(text(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'brain-listen' AND datname = current_database()"))
+        return len(rows.fetchall())
+
+
+def test_an_idle_sqlite_worker_starts_a_run_queued_elsewhere_within_a_second(
+        tmp_path: Path, worker_of: Any) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}"
+    asyncio.run(upgraded_schema(url))
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    write_source(folder, "stamp.py", FLOWS)
+    worker = worker_of(url, folder)
+    found = asyncio.run(_latencies(url, folder, worker))
+    median = statistics.median(found)
+    print(f"pickup on SQLite: median {median * 1000:.1f} ms, max {max(found) * 1000:.1f} ms")
+    assert all(t > 0 for t in found)
+    assert median < 1.0, sorted(found)
