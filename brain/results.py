@@ -149,6 +149,9 @@ class RunResult(BaseModel):
     previous_run_id: str | None = None
     #: The run this one retries (``brain retry``), if any.
     retry_of: str | None = None
+    #: Its concurrency key (SPEC §19): the text its workflow's ``concurrency_key`` resolved
+    #: to when it was queued; the workflow's limit counts the runs with the same key.
+    concurrency_key: str | None = None
     steps: dict[str, StepResult] = Field(default_factory=dict)
 
     @property

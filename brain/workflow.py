@@ -111,12 +111,14 @@ def workflow(fn: Callable[[], Any], /) -> Workflow: ...
 @overload
 def workflow(*, name: str | None = None, triggers: Sequence[TriggerSpec] = (),
              description: str | None = None, max_concurrent_runs: int | None = None,
+             concurrency_key: str | None = None,
              on_failure: Sequence[Workflow] = ()) -> Callable[[Callable[[], Any]], Workflow]: ...
 
 
 def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
              triggers: Sequence[TriggerSpec] = (), description: str | None = None,
-             max_concurrent_runs: int | None = None, on_failure: Sequence[Workflow] = ()) -> Any:
+             max_concurrent_runs: int | None = None, concurrency_key: str | None = None,
+             on_failure: Sequence[Workflow] = ()) -> Any:
     """Trace a plain function into a workflow, once, when it is decorated.
 
     >>> @workflow                                  # doctest: +SKIP
@@ -125,6 +127,10 @@ def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
     ...     shell("greet", argv=["echo", f"hello {who}"])
     >>> hello().succeeded                          # doctest: +SKIP
     True
+
+    ``max_concurrent_runs=N``: at most N runs execute at once (queued runs wait);
+    with ``concurrency_key="{trigger.headers.x-repo}"`` the limit counts only runs whose
+    key resolved to the same text when they were queued (SPEC §19).
 
     ``on_failure=[other, ...]``: when a run finally fails, a run of each of these
     workflows is queued in the same transaction, with ``trigger.event ==
@@ -142,7 +148,7 @@ def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
 
     def decorate(f: Callable[[], Any]) -> Workflow:
         spec = trace_workflow(f, name or f.__name__, list(triggers), description,
-                              max_concurrent_runs)
+                              max_concurrent_runs, concurrency_key)
         # What this workflow declares secret is kept from every step of every workflow
         # in this process, and scrubbed from all that is stored.
         names, literals = spec.declared_secrets

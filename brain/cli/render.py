@@ -206,7 +206,9 @@ def runs_table(results: list[RunResult]) -> None:
     for r in results:
         took = (f"{(r.ended_at - r.started_at).total_seconds():.2f}s"
                 if r.started_at and r.ended_at else "")
-        table.add_row(r.run_id[:12], escape(r.workflow),
+        workflow = escape(r.workflow) + (f" [dim]key {escape(r.concurrency_key)}[/]"
+                                         if r.concurrency_key is not None else "")
+        table.add_row(r.run_id[:12], workflow,
                       f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]", r.trigger.event,
                       _when(r.started_at or r.created_at), took, escape((r.error or "")[:60]))
     print_table(table)
@@ -219,6 +221,8 @@ def run_detail(r: RunResult) -> None:
     body = f"  body: {_preview(r.trigger.body)}" if r.trigger.body else ""
     path = f"  path: {escape(r.trigger.path)}" if r.trigger.path else ""
     out.print(f"trigger: {r.trigger.event}{body}{path}")
+    if r.concurrency_key is not None:
+        out.print(f"concurrency key: {escape(repr(r.concurrency_key))}")
     out.print(f"created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}")
     if r.error:
         out.print(f"[red]error:[/] {escape(r.error)}")

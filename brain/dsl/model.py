@@ -233,6 +233,9 @@ class WorkflowSpec(_Frozen):
     steps: tuple[AnyStepSpec, ...]
     triggers: tuple[TriggerSpec, ...] = ()
     max_concurrent_runs: int | None = None
+    #: A text of ``{trigger...}`` placeholders (SPEC §19): the limit then counts the runs
+    #: whose key resolved to the same text.
+    concurrency_key: str | None = None
     source_file: str | None = None
     groups: tuple[ForEachSpec, ...] = ()
 

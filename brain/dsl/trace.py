@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from brain import placeholders
-from brain._errors import WorkflowDefinitionError
+from brain._errors import PlaceholderError, WorkflowDefinitionError
 from brain.dsl.model import WorkflowSpec
-from brain.dsl.nodes import MISUSE
+from brain.dsl.nodes import MISUSE, TriggerField
 from brain.dsl.tracing import current_tracer, tracing
 from brain.dsl.triggers import TriggerSpec
 
@@ -34,8 +34,32 @@ def _check_trigger_identities(where: str, triggers: Sequence[TriggerSpec]) -> No
         seen.add(key)
 
 
+def _check_concurrency_key(where: str, key: object, limit: int | None) -> str | None:
+    """``concurrency_key=``: text whose placeholders are all trigger fields, with a limit."""
+    if key is None:
+        return None
+    key = str(key) if isinstance(key, TriggerField) else key
+    if not isinstance(key, str) or not key.strip():
+        raise WorkflowDefinitionError(f"{where}: concurrency_key must be a text of trigger "
+                                      f"placeholders, e.g. '{{trigger.headers.x-repo}}'")
+    if limit is None:
+        raise WorkflowDefinitionError(f"{where}: concurrency_key needs max_concurrent_runs= "
+                                      f"(how many runs with the same key may run at once)")
+    try:
+        found = placeholders.refs(key)
+    except PlaceholderError as exc:
+        raise WorkflowDefinitionError(f"{where}: concurrency_key: {exc}") from None
+    for ref in found:
+        if ref.kind != "trigger":
+            raise WorkflowDefinitionError(
+                f"{where}: concurrency_key is resolved when the run is queued, before any "
+                f"step runs: only trigger fields may appear in it, not {ref.text}")
+    return key
+
+
 def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerSpec],
-                   description: str | None, max_concurrent_runs: int | None) -> WorkflowSpec:
+                   description: str | None, max_concurrent_runs: int | None,
+                   concurrency_key: object = None) -> WorkflowSpec:
     """Trace ``fn`` into the spec of workflow ``name``: its steps, their edges, its triggers.
 
     Every mistake is a :class:`WorkflowDefinitionError` naming the workflow.
@@ -55,6 +79,7 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
         raise WorkflowDefinitionError(f"{where}: workflows cannot be defined while tracing another")
     if max_concurrent_runs is not None and max_concurrent_runs < 1:
         raise WorkflowDefinitionError(f"{where}: max_concurrent_runs must be at least 1")
+    key = _check_concurrency_key(where, concurrency_key, max_concurrent_runs)
     with tracing(name) as tracer:
         try:
             fn()
@@ -84,6 +109,6 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
         source = None
     return WorkflowSpec(name=name, description=description or inspect.getdoc(fn),
                         steps=tuple(tracer.steps), triggers=tuple(triggers),
-                        max_concurrent_runs=max_concurrent_runs,
+                        max_concurrent_runs=max_concurrent_runs, concurrency_key=key,
                         source_file=os.path.abspath(source) if source else None,
                         groups=tuple(tracer.groups))

@@ -30,7 +30,8 @@ class QueueStore(Protocol):
                           trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                           trigger_key: str | None = None, delivery_id: str | None = None,
                           fire_time: datetime | None = None,
-                          max_queued: int | None = None) -> tuple[str | None, bool]:
+                          max_queued: int | None = None,
+                          concurrency_key: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
 
@@ -55,10 +56,45 @@ def queue_limit() -> int:
 
 
 def new_run(wf: RunnableWorkflow, trigger: TriggerData) -> QueuedRun:
-    """A new run of ``wf`` as it is queued: a fresh id, the definition, a row per step."""
+    """A new run of ``wf`` as it is queued: a fresh id, the definition, a row per step, and
+    its concurrency key resolved from ``trigger``."""
     return QueuedRun(run_id=uuid.uuid4().hex, workflow=wf.name,
                      definition_hash=wf.definition_hash, trigger=trigger,
-                     step_rows=[(s.name, s.kind) for s in wf.spec.steps])
+                     step_rows=[(s.name, s.kind) for s in wf.spec.steps],
+                     concurrency_key=concurrency_key_of(wf.spec.concurrency_key, trigger))
+
+
+#: A key longer than this is kept as its start and a digest of the whole.
+KEY_CHARS = 200
+
+
+def concurrency_key_of(template: str | None, trigger: TriggerData) -> str | None:
+    """A workflow's ``concurrency_key`` filled in from a run's trigger (SPEC §19): a trigger
+    field the run does not have (a header not sent) counts as empty text, so such runs
+    share one key rather than being refused; secrets the process knows are scrubbed; a
+    long key is cut, with a digest of the whole so keys that differ stay apart."""
+    if template is None:
+        return None
+    import hashlib
+
+    from brain import placeholders
+    from brain._errors import PlaceholderError
+    from brain._secrets import scrub
+    from brain.runner.values import Values
+
+    values = Values(trigger, {}, None)
+
+    def lookup(ref: placeholders.Ref) -> str:
+        try:
+            return values.lookup(ref).replace("\x00", "")
+        except PlaceholderError:
+            return ""
+
+    key = scrub(placeholders.render(template, lookup)) or ""
+    if len(key) > KEY_CHARS:
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        key = f"{key[:KEY_CHARS - 18]}…{digest}"
+    return key
 
 
 async def enqueue(store: QueueStore, run: QueuedRun, *, trigger_key: str | None,
@@ -68,7 +104,8 @@ async def enqueue(store: QueueStore, run: QueuedRun, *, trigger_key: str | None,
     return await store.enqueue_run(
         run_id=run.run_id, workflow=run.workflow, definition_hash=run.definition_hash,
         trigger=run.trigger, step_rows=run.step_rows, trigger_key=trigger_key,
-        delivery_id=delivery_id, fire_time=fire_time, max_queued=max_queued)
+        delivery_id=delivery_id, fire_time=fire_time, max_queued=max_queued,
+        concurrency_key=run.concurrency_key)
 
 
 def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error: str,

@@ -191,7 +191,10 @@ class RunDetail(Struct):
     ended_at: Time | None
     previous_run_id: str | None
     retry_of: str | None
-    steps: list[StepDetail]
+    concurrency_key: Annotated[str | None, Meta(
+        description="the text the workflow's concurrency_key resolved to when the run was "
+                    "queued (SPEC §19); its limit counts the runs with the same key")] = None
+    steps: list[StepDetail] = []
     usage: Annotated[dict[str, int] | None, Meta(
         description="the tokens all its llm steps spent (SPEC §18)")] = None
 

@@ -67,7 +67,6 @@ class RunTaker:
         # Runs whose executor died (lease expired), found by the resume scan and taken by
         # the same takers as queued runs: one concurrency limit for both.
         self.resumable: list[str] = []
-        self._claim_lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Resume at once what dead processes of this machine left, then start the takers,
@@ -124,14 +123,6 @@ class RunTaker:
             hurried.cancel()
         return list(self.running)
 
-    def _eligible(self, active: Mapping[str, int]) -> list[str]:
-        names = []
-        for name, wf in self.workflows().items():
-            limit = wf.spec.max_concurrent_runs
-            if limit is None or active.get(name, 0) < limit:
-                names.append(name)
-        return names
-
     async def _take(self) -> tuple[str, bool, bool] | None:
         """The next run to execute, claimed: ``(run id, first start, woken)``, or ``None``.
 
@@ -152,17 +143,12 @@ class RunTaker:
                 log.info("resuming run %s of %s (its executor stopped)", run_id, row.workflow)
                 return run_id, row.started_at is None, False
         workflows = self.workflows()
-        limited = [n for n, wf in workflows.items() if wf.spec.max_concurrent_runs]
-        if not limited:  # one statement claims: nothing to count first
-            queued = await self.store.take_next(list(workflows), self.owner, lease_seconds())
-        else:
-            # Counting and claiming together, so two takers of this process cannot both see
-            # room under max_concurrent_runs and both take a run.
-            async with self._claim_lock:
-                active = {n: await self.store.count_active(workflow=n, status="running")
-                          for n in limited}
-                queued = await self.store.take_next(self._eligible(active), self.owner,
-                                                    lease_seconds())
+        # Limits are counted and claimed in one transaction of the store's, serialised per
+        # limit across processes (SPEC §19); without any, one statement claims.
+        limits = {n: (wf.spec.max_concurrent_runs, wf.spec.concurrency_key is not None)
+                  for n, wf in workflows.items() if wf.spec.max_concurrent_runs}
+        queued = await self.store.take_next(list(workflows), self.owner, lease_seconds(),
+                                            limits=limits or None)
         return None if queued is None else (queued[0], not queued[1], queued[1])
 
     async def _taker(self) -> None:

@@ -43,6 +43,8 @@ class RunRecord:
     lease_expires_at: datetime | None
     #: The run this one retries, if any.
     retry_of: str | None = None
+    #: Its concurrency key (SPEC §19), if its workflow has one.
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class QueuedRun:
     definition_hash: str
     trigger: TriggerData
     step_rows: Sequence[tuple[str, str]]
+    #: Its concurrency key, resolved from the trigger (SPEC §19).
+    concurrency_key: str | None = None
 
 
 def stored_trigger(trigger: TriggerData) -> TriggerData:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,7 @@ from brain.results import (
 )
 from brain.store.backend import utc
 from brain.store.base import QueuedRun
-from brain.store.memory_state import MemoryState, MemoryStep, run_result
+from brain.store.memory_state import MemoryRun, MemoryState, MemoryStep, run_result
 from brain.store.queue import QueueFull
 
 _ACTIVE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
@@ -36,8 +36,10 @@ class MemoryQueue(MemoryState):
     #: (when counted, count), as :class:`brain.store.queue.RunQueue` keeps it.
     _queued_cache: tuple[float, int] | None = None
 
-    #: A memory store is one process's: nothing queued elsewhere to hear of.
-    notifies = False
+    @property
+    def notifies(self) -> bool:
+        """A memory store is one process's: nothing queued elsewhere to hear of."""
+        return False
 
     async def watch_queued(self, on_queued: Callable[[], None]) -> None:
         """Nothing to watch (see :meth:`brain.store.queue.RunQueue.watch_queued`)."""
@@ -46,7 +48,8 @@ class MemoryQueue(MemoryState):
                           trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                           trigger_key: str | None = None, delivery_id: str | None = None,
                           fire_time: datetime | None = None,
-                          max_queued: int | None = None) -> tuple[str | None, bool]:
+                          max_queued: int | None = None,
+                          concurrency_key: str | None = None) -> tuple[str | None, bool]:
         """Queue a run (and claim its schedule fire); see :meth:`brain.store.Store.enqueue_run`."""
         if max_queued is not None and await self._queued_estimate() >= max_queued:
             raise QueueFull(f"{max_queued} runs are already queued")
@@ -57,7 +60,8 @@ class MemoryQueue(MemoryState):
         fire = None if fire_time is None else (workflow, trigger_key or "", utc(fire_time))
         if fire is not None and fire in self._fires:
             return None, False
-        run = self._new_run(run_id, workflow, definition_hash, trigger, step_rows)
+        run = self._new_run(run_id, workflow, definition_hash, trigger, step_rows,
+                            concurrency_key=concurrency_key)
         run.trigger_key, run.delivery_id = trigger_key, delivery_id
         try:
             self._keep(run)
@@ -110,19 +114,33 @@ class MemoryQueue(MemoryState):
         taken = await self.take_next(workflows, owner, lease_seconds)
         return None if taken is None else taken[0]
 
-    async def take_next(self, workflows: Sequence[str], owner: str,
-                        lease_seconds: float) -> tuple[str, bool] | None:
-        """:meth:`claim_next`, and whether the run is one that waited and was woken."""
-        queued = [r for r in self._runs.values()
-                  if r.record.status == RunStatus.QUEUED.value and r.record.workflow in workflows]
-        if not queued:
+    async def take_next(self, workflows: Sequence[str], owner: str, lease_seconds: float,
+                        limits: Mapping[str, tuple[int, bool]] | None = None
+                        ) -> tuple[str, bool] | None:
+        """:meth:`claim_next`, and whether the run is one that waited and was woken; under
+        ``limits`` as :meth:`brain.store.queue.RunQueue.take_next` says."""
+        queued = sorted((r for r in self._runs.values() if r.record.status ==
+                         RunStatus.QUEUED.value and r.record.workflow in workflows),
+                        key=lambda r: r.record.created_at)
+        run = next((r for r in queued if self._under_limit(r, limits or {})), None)
+        if run is None:
             return None
-        run = min(queued, key=lambda r: r.record.created_at)
         now = utcnow()
         self._set(run, status=RunStatus.RUNNING.value, lease_owner=owner,
                   started_at=run.record.started_at or now,
                   lease_expires_at=now + timedelta(seconds=lease_seconds))
         return run.record.id, bool(run.wakes)
+
+    def _under_limit(self, run: MemoryRun, limits: Mapping[str, tuple[int, bool]]) -> bool:
+        """Whether taking ``run`` keeps its group within its workflow's limit."""
+        limit = limits.get(run.record.workflow)
+        if limit is None:
+            return True
+        key = run.record.concurrency_key or ""
+        running = [r for r in self._runs.values() if r.record.workflow == run.record.workflow
+                   and r.record.status == RunStatus.RUNNING.value
+                   and (not limit[1] or (r.record.concurrency_key or "") == key)]
+        return len(running) < limit[0]
 
     async def fail_queued(self, workflow: str, error: str,
                           handlers: Callable[[str, str], Sequence[QueuedRun]] | None = None
@@ -170,7 +188,8 @@ class MemoryQueue(MemoryState):
             raise RunConflict(WORKFLOW_CHANGED)
         r = original.record
         retry = self._new_run(uuid.uuid4().hex, r.workflow, r.definition_hash, r.trigger, (),
-                              previous_run_id=r.previous_run_id, retry_of=full)
+                              previous_run_id=r.previous_run_id, retry_of=full,
+                              concurrency_key=r.concurrency_key)
         retry.trigger_key = "retry"
         for old in original.steps.values():
             retry.steps[old.name] = (

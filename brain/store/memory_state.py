@@ -141,7 +141,8 @@ class MemoryState:
 
     def _handlers(self, queued: Sequence[QueuedRun]) -> list[MemoryRun]:
         """Failure handlers' runs, queued (not yet kept)."""
-        return [self._new_run(q.run_id, q.workflow, q.definition_hash, q.trigger, q.step_rows)
+        return [self._new_run(q.run_id, q.workflow, q.definition_hash, q.trigger, q.step_rows,
+                              concurrency_key=q.concurrency_key)
                 for q in queued]
 
 
@@ -158,4 +159,4 @@ def run_result(run: MemoryRun, *, with_steps: bool) -> RunResult:
     return RunResult(run_id=r.id, workflow=r.workflow, status=RunStatus(r.status), error=r.error,
                      trigger=r.trigger, created_at=r.created_at, started_at=r.started_at,
                      ended_at=r.ended_at, previous_run_id=r.previous_run_id, retry_of=r.retry_of,
-                     steps=steps)
+                     concurrency_key=r.concurrency_key, steps=steps)

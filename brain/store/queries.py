@@ -16,7 +16,7 @@ from typing import Any
 RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "trigger_body",
                "trigger_path", "trigger_headers", "error", "previous_run_id", "created_at",
                "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
-               "trigger_key", "delivery_id", "retry_of")
+               "trigger_key", "delivery_id", "retry_of", "concurrency_key")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
                 "error", "stderr", "started_at", "ended_at", "waiting_for", "decision", "usage",
                 "progress")
@@ -234,6 +234,20 @@ def claim_next(workflows: str) -> str:
             "started_at = COALESCE(started_at, :now), lease_expires_at = {lease_until} "
             f"WHERE id = ({pick}) AND status = 'queued' RETURNING id, wakes")
 
+
+#: The oldest queued runs of some workflows (an :func:`in_list` follows), for a claim under
+#: limits (SPEC §19): no lock taken, each is claimed by :data:`CLAIM_QUEUED_RUN`.
+QUEUED_CANDIDATES = ("SELECT id, workflow, concurrency_key FROM brain_runs "
+                     "WHERE status = 'queued' AND workflow IN ")
+CANDIDATES_IN_ORDER = " ORDER BY created_at LIMIT :limit"
+#: Serialises the claims of one limit's group until the transaction ends (PostgreSQL).
+LOCK_LIMIT_GROUP = "SELECT pg_advisory_xact_lock(hashtextextended(:group, 0)) AS locked"
+COUNT_RUNNING_OF = ("SELECT count(*) AS n FROM brain_runs "
+                    "WHERE workflow = :workflow AND status = 'running'")
+COUNT_RUNNING_WITH_KEY = COUNT_RUNNING_OF + " AND COALESCE(concurrency_key, '') = :key"
+CLAIM_QUEUED_RUN = ("UPDATE brain_runs SET status = 'running', lease_owner = :owner, "
+                    "started_at = COALESCE(started_at, :now), lease_expires_at = {lease_until} "
+                    "WHERE id = :run_id AND status = 'queued' RETURNING id, wakes")
 
 # --- workers and retention -----------------------------------------------------------------
 

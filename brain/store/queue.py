@@ -7,7 +7,7 @@ here, and executors take them with :meth:`RunQueue.claim_next`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from brain._clock import utcnow
@@ -28,6 +28,10 @@ class QueueFull(StoreError):
 
 #: The channel a run's becoming ``queued`` is announced on (migration 0009).
 QUEUED_CHANNEL = "brain_queued"
+#: A workflow's limit: ``(max_concurrent_runs, keyed)`` (see :meth:`RunQueue.take_next`).
+Limit = tuple[int, bool]
+#: How many of the oldest queued runs a claim under limits looks at.
+CANDIDATES = 200
 
 
 class RunQueue(UsesBackend):
@@ -54,7 +58,8 @@ class RunQueue(UsesBackend):
                           trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                           trigger_key: str | None = None, delivery_id: str | None = None,
                           fire_time: datetime | None = None,
-                          max_queued: int | None = None) -> tuple[str | None, bool]:
+                          max_queued: int | None = None,
+                          concurrency_key: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run (and its schedule fire claim) in one transaction.
 
         Returns ``(run_id, True)`` when created; ``(first_run_id, False)`` for a
@@ -66,7 +71,8 @@ class RunQueue(UsesBackend):
             raise QueueFull(f"{max_queued} runs are already queued")
         now = utcnow()
         row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
-                                           now, trigger_key=trigger_key, delivery_id=delivery_id)
+                                           now, trigger_key=trigger_key, delivery_id=delivery_id,
+                                           concurrency_key=concurrency_key)
         statements: list[Statement] = []
         if fire_time is not None:
             statements.append((queries.INSERT_FIRE, {
@@ -144,18 +150,60 @@ class RunQueue(UsesBackend):
         taken = await self.take_next(workflows, owner, lease_seconds)
         return None if taken is None else taken[0]
 
-    async def take_next(self, workflows: Sequence[str], owner: str,
-                        lease_seconds: float) -> tuple[str, bool] | None:
+    async def take_next(self, workflows: Sequence[str], owner: str, lease_seconds: float,
+                        limits: Mapping[str, Limit] | None = None) -> tuple[str, bool] | None:
         """:meth:`claim_next`, saying too whether the run is one that waited and was woken
-        (it has started before: its steps that ended keep their records)."""
+        (it has started before: its steps that ended keep their records).
+
+        ``limits``: workflow → ``(max_concurrent_runs, keyed)``. The oldest queued run is
+        taken unless it would make more runs of its group run at once than the limit
+        allows — its workflow's, or, ``keyed``, its workflow's with the same concurrency
+        key (SPEC §19) — then the next oldest, and so on. Counting and claiming happen in
+        one transaction, serialised per group (PostgreSQL: a transaction-scoped advisory
+        lock on the group; SQLite: the single writer), so no number of processes ever
+        exceeds a limit."""
         if not workflows:
             return None
+        if limits:
+            return await self._take_within(workflows, limits, owner, lease_seconds)
         listed, params = queries.in_list("workflow", list(workflows))
         written = await self.db.write(queries.claim_next(listed), {
             **params, "owner": owner, "now": utcnow(), **lease_times(lease_seconds)})
         if not written.rows:
             return None
         return str(written.rows[0]["id"]), bool(written.rows[0]["wakes"])
+
+    async def _take_within(self, workflows: Sequence[str], limits: Mapping[str, Limit],
+                           owner: str, lease_seconds: float) -> tuple[str, bool] | None:
+        """:meth:`take_next` under limits (see there)."""
+        listed, params = queries.in_list("workflow", list(workflows))
+        locks = self.db.dialect.name == "postgresql"
+        claim = {"owner": owner, "now": utcnow(), **lease_times(lease_seconds)}
+
+        def job(conn: Connection) -> tuple[str, bool] | None:
+            full: set[tuple[str, str | None]] = set()
+            for row in conn.read(queries.QUEUED_CANDIDATES + listed
+                                 + queries.CANDIDATES_IN_ORDER, {**params, "limit": CANDIDATES}):
+                limit = limits.get(row["workflow"])
+                if limit is not None:
+                    group = (row["workflow"], (row["concurrency_key"] or "") if limit[1] else None)
+                    if group in full:
+                        continue
+                    if locks:
+                        conn.read(queries.LOCK_LIMIT_GROUP,
+                                  {"group": f"brain-limit\x1f{group[0]}\x1f{group[1] or ''}"})
+                    counted = conn.read(queries.COUNT_RUNNING_OF if group[1] is None
+                                        else queries.COUNT_RUNNING_WITH_KEY,
+                                        {"workflow": group[0], "key": group[1]})
+                    if int(counted[0]["n"]) >= limit[0]:
+                        full.add(group)
+                        continue
+                taken = conn.read(queries.CLAIM_QUEUED_RUN, {**claim, "run_id": row["id"]})
+                if taken:
+                    return str(taken[0]["id"]), bool(taken[0]["wakes"])
+            return None
+
+        return await self.db.atomically(job)
 
     async def fail_queued(self, workflow: str, error: str,
                           handlers: Callable[[str, str], Sequence[QueuedRun]] | None = None

@@ -64,7 +64,8 @@ def queue_statements(queued: Sequence[QueuedRun], now: datetime) -> list[Stateme
     statements: list[Statement] = []
     for q in queued:
         row, step_values = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
-                                           q.step_rows, now, trigger_key=q.trigger.event)
+                                           q.step_rows, now, trigger_key=q.trigger.event,
+                                           concurrency_key=q.concurrency_key)
         statements += run_statements(row, step_values)
     return statements
 
@@ -98,7 +99,7 @@ def run_record(row: Row) -> RunRecord:
                      started_at=row["started_at"], ended_at=row["ended_at"],
                      cancel_requested=bool(row["cancel_requested"]),
                      lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
-                     retry_of=row["retry_of"])
+                     retry_of=row["retry_of"], concurrency_key=row.get("concurrency_key"))
 
 
 def _json(text: str | None) -> Any:
@@ -120,4 +121,4 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                      error=row["error"], trigger=trigger_of(row), created_at=row["created_at"],
                      started_at=row["started_at"], ended_at=row["ended_at"],
                      previous_run_id=row["previous_run_id"], retry_of=row["retry_of"],
-                     steps=steps)
+                     concurrency_key=row.get("concurrency_key"), steps=steps)

@@ -171,7 +171,8 @@ class RunLifecycle(UsesBackend):
         run_row, _ = queued_run_rows(new_id, original.workflow, original.definition_hash,
                                      original.trigger, (), utcnow(),
                                      previous_run_id=original.previous_run_id,
-                                     trigger_key="retry", retry_of=full)
+                                     trigger_key="retry", retry_of=full,
+                                     concurrency_key=original.concurrency_key)
         copied = [_retried_step(new_id, r) for r in
                   await db.read(queries.STEPS_OF_RUN, {"run_id": full})]
         await db.transaction(run_statements(run_row, copied))

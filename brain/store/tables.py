@@ -93,7 +93,10 @@ runs = Table(
     # How many of the run's waiting steps were decided, signalled or timed out (SPEC §16):
     # an executor lets go of a run only while this is what it last saw.
     Column("wakes", Integer, nullable=False, server_default="0"),
+    # The run's concurrency key (SPEC §19), resolved from its trigger when it was queued.
+    Column("concurrency_key", String(300)),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
+    Index("ix_brain_runs_concurrency", "workflow", "concurrency_key", "status"),
     Index("ix_brain_runs_status", "status"),
     Index("ix_brain_runs_created", "created_at"),
     Index("ux_brain_runs_delivery", "workflow", "delivery_id", unique=True),
