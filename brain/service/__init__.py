@@ -201,12 +201,16 @@ class BrainService:
         deadline = loop.time() + seconds
         delay = 0.02
         while True:
+            # Told when an execution of this process ends; a run executed elsewhere is
+            # looked at again, more and more rarely.
+            ended = self.taker.execution_ended()
             run = await self.store.get_run(run_id, with_steps=False)
             if run.status in FINISHED_RUN:
                 return run
             if loop.time() >= deadline:
                 return None
-            await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended, min(delay, max(deadline - loop.time(), 0)))
             delay = min(delay * 1.5, 0.5)
 
     # --- reloading ------------------------------------------------------------

@@ -67,6 +67,13 @@ class RunTaker:
         # Runs whose executor died (lease expired), found by the resume scan and taken by
         # the same takers as queued runs: one concurrency limit for both.
         self.resumable: list[str] = []
+        self._ended: asyncio.Future[None] | None = None
+
+    def execution_ended(self) -> asyncio.Future[None]:
+        """Done when the next execution of this process ends (whichever run it was)."""
+        if self._ended is None or self._ended.done():
+            self._ended = asyncio.get_running_loop().create_future()
+        return asyncio.shield(self._ended)
 
     async def start(self) -> None:
         """Resume at once what dead processes of this machine left, then start the takers,
@@ -183,6 +190,8 @@ class RunTaker:
             finally:
                 self.metrics.executing.dec()
                 self.running.pop(run_id, None)
+                if self._ended is not None and not self._ended.done():
+                    self._ended.set_result(None)
 
     async def _execute(self, run_id: str, first_start: bool, woken: bool) -> None:
         """Execute one claimed run with its workflow as loaded now, logging its start and end."""
