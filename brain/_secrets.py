@@ -136,7 +136,9 @@ def remember_environment(names: Iterable[str]) -> None:
 def scrub(text: str | None, extra: Iterable[str] = ()) -> str | None:
     """``text`` with every known secret value (and each of ``extra``) replaced by ``***``.
 
-    Overlapping secrets are replaced as one stretch, so no part of either is left.
+    Overlapping secrets are replaced as one stretch, so no part of either is left. A
+    stretch of URL or JSON text whose escapes (``%7E``, ``\\u002B``), decoded, spell a
+    secret is replaced whole, whichever characters its writer chose to escape.
     """
     if not text:
         return text
@@ -152,6 +154,8 @@ def scrub(text: str | None, extra: Iterable[str] = ()) -> str | None:
         while start != -1:
             spans.append((start, start + len(value)))
             start = text.find(value, start + 1)
+    if ("%" in text or "\\u" in text) and _given:
+        spans += _escaped_spans(text)
     if not spans:
         return text
     spans.sort()
@@ -168,6 +172,62 @@ def scrub(text: str | None, extra: Iterable[str] = ()) -> str | None:
     out.append(REDACTED)
     out.append(text[pos:])
     return "".join(out)
+
+
+#: A stretch of URL or JSON text that may hold escapes (``%7E``, ``\\u002B``): within a
+#: line, no quotes or backslashes but those of ``\\uXXXX`` (a JSON string's content).
+_ESCAPED_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2}|\\{1,2}u[0-9A-Fa-f]{4}|[^\r\n\"'\\%])+")
+#: ``\\uXXXX`` escapes in a row, as written or escaped once more (``repr`` of JSON).
+_U_ESCAPE = re.compile(r"(?:\\{1,2}u[0-9A-Fa-f]{4})+")
+
+
+def _unescaped(run: str) -> set[str]:
+    """What a stretch of escaped text says: its ``\\uXXXX`` escapes decoded (UTF-16 pairs
+    joined), then its ``%XX`` escapes, with ``+`` as ``+`` and as a space."""
+    from urllib.parse import unquote, unquote_plus
+
+    def units(m: re.Match[str]) -> str:
+        raw = bytes.fromhex("".join(re.findall(r"u([0-9A-Fa-f]{4})", m.group())))
+        return raw.decode("utf-16-be", "surrogatepass").encode(
+            "utf-16", "surrogatepass").decode("utf-16", "replace")
+
+    text = _U_ESCAPE.sub(units, run)
+    return {text, unquote(text, errors="replace"), unquote_plus(text, errors="replace")}
+
+
+def _escaped_spans(text: str) -> list[tuple[int, int]]:
+    """The stretches of ``text`` whose escapes, decoded, spell a secret (however its writer
+    chose which characters to escape: Java's URLEncoder, .NET's JSON writer...)."""
+    spans = []
+    given = [v for v in _given if len(v) >= MIN_SECRET_LENGTH]
+    for m in _ESCAPED_RUN.finditer(text):
+        run = m.group()
+        if "%" not in run and "\\u" not in run:
+            continue
+        if _spells(run, given):
+            lo, hi = _narrowed(run, given)
+            spans.append((m.start() + lo, m.start() + hi))
+    return spans
+
+
+def _spells(run: str, given: list[str]) -> bool:
+    return any(v in decoded for decoded in _unescaped(run) for v in given)
+
+
+def _narrowed(run: str, given: list[str]) -> tuple[int, int]:
+    """The fewest whole words of ``run`` that still spell a secret (the words around it
+    stay readable)."""
+    lo = 0
+    for start in [m.end() for m in re.finditer(r"\s+", run)]:
+        if not _spells(run[start:], given):
+            break
+        lo = start
+    hi = len(run)
+    for end in reversed([m.start() for m in re.finditer(r"\s+", run)]):
+        if end <= lo or not _spells(run[lo:end], given):
+            break
+        hi = end
+    return lo, hi
 
 
 def longest() -> int:

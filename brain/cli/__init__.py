@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import re
 import sys
@@ -237,6 +238,23 @@ def settle() -> None:
         gc.enable()
 
 
+class _ScrubbedLastResort(logging.Handler):
+    """What a library logs when nothing configured logging (every command but ``serve`` and
+    ``worker``, which set up their own): to stderr from WARNING, as Python's last resort
+    would, but with known secrets as ``***`` (a server's error may quote a token)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from brain._secrets import scrub
+
+        try:
+            sys.stderr.write((scrub(self.format(record)) or "") + "\n")
+        except Exception:  # a closed stderr: nothing to tell
+            self.handleError(record)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``brain`` console script.
 
@@ -244,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     quietly with its normal exit code: no ``BrokenPipeError`` traceback.
     """
     global _collecting
+    logging.lastResort = _ScrubbedLastResort()
     _collecting = gc.isenabled()
     gc.disable()  # until settle()
     code: int | str | None = 0

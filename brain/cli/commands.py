@@ -355,14 +355,20 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
         name, colon, value = item.partition(":")
         if not colon or not name.strip() or any(c in name for c in " \t\r\n"):
             raise BrainError(f"--header must look like 'Name: value' (got {name.strip()!r}...)")
-        headers[name.strip()] = value.strip()
-        if len(value.strip()) >= 8:
-            remember(value.strip())
+        value = value.strip()
+        if any(not 32 <= ord(c) < 127 and c != "\t" for c in value):
+            raise BrainError(f"--header {name.strip()}: the value must be printable ASCII "
+                             f"with no line breaks")
+        headers[name.strip()] = value
+        remember(value)
     if args.bearer_env:
-        token = os.environ.get(args.bearer_env)
+        token = os.environ.get(args.bearer_env, "").strip()
         if not token:
             raise BrainError(f"--bearer-env: {args.bearer_env} is not set in the environment")
         remember(token)
+        if any(not 32 <= ord(c) < 127 for c in token):
+            raise BrainError(f"--bearer-env: the value of {args.bearer_env} must be printable "
+                             f"ASCII with no line breaks")
         headers["Authorization"] = f"Bearer {token}"
     return headers
 

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 
 from brain import placeholders, shell_check
+from brain._errors import WorkflowDefinitionError
 from brain.dsl.model import LlmStepSpec, SecretRef, ShellStepSpec
 from brain.dsl.nodes import StepNode, _Lazy
 from brain.dsl.tracing import Tracer, require_tracer
@@ -22,6 +23,11 @@ def secret(env: str) -> SecretRef:
     It may stand for an ``env`` value, an ``args`` value or an ``api_key``;
     it is always shown and stored as ``***``.
     """
+    if not isinstance(env, str) or not env or "=" in env or "\x00" in env:
+        shown = repr(env) if isinstance(env, str) else f"a {type(env).__name__}"
+        raise WorkflowDefinitionError(
+            f"secret() takes the name of an environment variable written in the workflow, "
+            f"like secret('GITHUB_TOKEN'), not {shown}")
     return SecretRef(env=env)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
@@ -85,27 +86,61 @@ def _literal(tracer: Tracer, step: str, field: str, value: object) -> str | Secr
     return value
 
 
+#: The longest header value (or bearer token) a step sends.
+HEADER_CHARS = 8192
+
+
+def _url_problem(url: str) -> str | None:
+    """Why a literal ``url`` can never be requested, or ``None``."""
+    if not url.startswith(("http://", "https://")):
+        return "url must start with http:// or https://"
+    if any(not 33 <= ord(c) < 127 for c in url):
+        return "url must be ASCII with no spaces or control characters (percent-encode them)"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on an out-of-range or malformed port
+    except ValueError as exc:
+        return f"url is malformed: {exc}"
+    if not parts.hostname:
+        return "url has no host"
+    return None
+
+
+def _header_value(tracer: Tracer, step: str, field: str, value: object) -> str | SecretRef:
+    """A header value or bearer token: literal ASCII text (or a secret, checked when the
+    step starts)."""
+    text = _literal(tracer, step, field, value)
+    if isinstance(text, str) and (len(text) > HEADER_CHARS
+                                  or any(not 32 <= ord(c) < 127 and c != "\t" for c in text)):
+        raise tracer.error(step, f"{field} must be printable ASCII of at most {HEADER_CHARS} "
+                                 f"characters")
+    return text
+
+
 def _remote(tracer: Tracer, name: str, url: object, headers: Mapping[str, object] | None,
             bearer: object, transport: str) -> dict[str, Any]:
     """The checked fields of a step on a server reached over HTTP."""
     target = _literal(tracer, name, "url", url)
-    if isinstance(target, str) and not target.startswith(("http://", "https://")):
-        raise tracer.error(name, f"url must start with http:// or https:// (got {target!r})")
+    if isinstance(target, str):
+        problem = _url_problem(target)
+        if problem:
+            raise tracer.error(name, f"{problem} (got {target!r})")
     if transport == "stdio":
         transport = "streamable-http"
     values: dict[str, str | SecretRef] = {}
     for key, value in (headers or {}).items():
-        if not isinstance(key, str) or not key or not key.isascii() \
-                or any(c in key for c in ' :\t\r\n\x00()<>@,;\\"/[]?={}'):
-            raise tracer.error(name, f"bad header name {key!r}")
-        values[key] = _literal(tracer, name, f"headers[{key!r}]", value)
+        if not isinstance(key, str) or not key or len(key) > 200 \
+                or any(not 33 <= ord(c) < 127 or c in ':()<>@,;\\"/[]?={}' for c in key):
+            raise tracer.error(name, f"bad header name {key!r}: letters, digits and "
+                                     f"!#$%&'*+-.^_`|~ only")
+        values[key] = _header_value(tracer, name, f"headers[{key!r}]", value)
     if any(k.lower() == "authorization" for k in values) and bearer is not None:
         raise tracer.error(name, "give the Authorization header or bearer=, not both")
     token: SecretRef | SecretStr | None
     if bearer is None or isinstance(bearer, SecretRef):
         token = bearer
     else:
-        literal = _literal(tracer, name, "bearer", bearer)
+        literal = _header_value(tracer, name, "bearer", bearer)
         token = literal if isinstance(literal, SecretRef) else SecretStr(literal)
     return {"url": target, "headers": values, "bearer": token, "transport": transport}
 

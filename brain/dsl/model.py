@@ -139,6 +139,17 @@ class LlmStepSpec(StepSpec):
     schema_name: str | None = Field(default=None, exclude=True)
 
 
+#: Words that make a header's literal value a secret all the same (``Authorization``,
+#: ``X-Api-Key``, ``Cookie``...).
+SENSITIVE_HEADER_WORDS = ("authorization", "cookie", "token", "key", "secret", "password",
+                          "auth", "credential", "session")
+
+
+def sensitive_header(name: str) -> bool:
+    """Whether a header's value is a secret by its name (see :data:`SENSITIVE_HEADER_WORDS`)."""
+    return any(word in name.lower() for word in SENSITIVE_HEADER_WORDS)
+
+
 #: Step options added after the first release, at their defaults (left out of the hash).
 _LATER_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("url", None), ("headers", {}), ("bearer", None), ("transport", "stdio"),
@@ -166,6 +177,26 @@ class McpStepSpec(StepSpec):
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str | SecretRef] = Field(default_factory=dict)
+
+    def literal_secrets(self) -> list[str]:
+        """Secrets written literally in the step: the values of its sensitive headers (see
+        :func:`sensitive_header`), the password in its URL and the ``Basic`` credentials
+        it becomes."""
+        import base64
+        from urllib.parse import unquote, urlsplit
+
+        found = [v for k, v in self.headers.items() if isinstance(v, str) and sensitive_header(k)]
+        if isinstance(self.url, str):
+            try:
+                parts = urlsplit(self.url)
+                password = parts.password
+            except ValueError:
+                password = None
+            if password:
+                found.append(unquote(password))
+                basic = f"{unquote(parts.username or '')}:{unquote(password)}"
+                found.append(base64.b64encode(basic.encode()).decode())
+        return found
 
 
 class SleepStepSpec(StepSpec):
@@ -307,4 +338,6 @@ class WorkflowSpec(_Frozen):
 
         for step in self.steps:
             walk(step)
+            if isinstance(step, McpStepSpec):
+                literals.extend(step.literal_secrets())
         return frozenset(names), tuple(literals)

@@ -319,7 +319,7 @@ def _json_of(response: httpx.Response) -> Any:
     """The body parsed as JSON, or :data:`_NOT_JSON` when it is not JSON."""
     try:
         return response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested past the limit
         return _NOT_JSON
 
 

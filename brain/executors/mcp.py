@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from brain._errors import StepFailed
 from brain._secrets import MIN_SECRET_LENGTH, remember
-from brain.dsl.model import McpStepSpec, SecretRef
+from brain.dsl.model import McpStepSpec, SecretRef, sensitive_header
 from brain.executors.base import (
     REDACTED,
     PreparedStep,
@@ -35,8 +35,6 @@ from brain.executors.mcp_session import LiveSession, Server, tool_output
 
 __all__ = ["McpExecutor", "tool_output"]
 
-#: Header names whose literal values are secrets all the same (kept out of everything stored).
-_SECRET_HEADER_WORDS = ("authorization", "cookie", "token", "key", "secret", "password")
 
 
 class McpExecutor:
@@ -112,7 +110,8 @@ def _server(payload: dict[str, Any], ctx: StepContext) -> Server:
     if "url" in payload:
         from brain.executors.mcp_remote import RemoteServer
 
-        return RemoteServer(payload["url"], payload["headers"], payload["transport"])
+        return RemoteServer(payload["url"], payload["headers"], payload["transport"],
+                            shown=payload["shown"])
     from brain.executors.mcp_stdio import StdioServer
 
     return StdioServer(payload["words"], payload["env"], ctx)
@@ -133,6 +132,10 @@ def _secret_value(value: SecretRef | SecretStr | str, what: str, secrets: list[s
     """A secret's value (a ``secret()`` read now, or literal), remembered for scrubbing."""
     if isinstance(value, SecretRef):
         text = read_secret(value, lenient=mocked)
+        if any(not 32 <= ord(c) < 127 and c != "\t" for c in text) or len(text) > 8192:
+            raise StepFailed(f"secret {value.env} cannot be sent as {what}: it must be "
+                             f"printable ASCII (no line breaks) of at most 8192 characters",
+                             retryable=False)
     else:
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
         if len(text) < MIN_SECRET_LENGTH and not mocked:
@@ -148,19 +151,23 @@ def _remote_place(spec: McpStepSpec, secrets: list[str],
     """The URL, headers and transport of a step on a server reached over HTTP, and how
     they are shown (secrets as ``***``)."""
     from brain.executors.llm import shown_endpoint
+    from brain.executors.mcp_remote import url_problem
 
     assert spec.url is not None
     if isinstance(spec.url, SecretRef):
         url, shown_url = _secret_value(spec.url, "the url", secrets, mocked), REDACTED
     else:
         url = spec.url
-        _remember_password(url, secrets)
+    problem = None if mocked else url_problem(url)
+    if problem is not None:  # scrubbed when stored, as every error is
+        raise StepFailed(problem, retryable=False)
+    if not isinstance(spec.url, SecretRef):
+        _remember_password(url, secrets, mocked)
         shown_url = shown_endpoint(url)
     headers: dict[str, str] = {}
     shown: dict[str, str] = {}
     for name, value in spec.headers.items():
-        hidden = isinstance(value, SecretRef) or any(w in name.lower()
-                                                      for w in _SECRET_HEADER_WORDS)
+        hidden = isinstance(value, SecretRef) or sensitive_header(name)
         headers[name] = (_secret_value(value, f"the {name} header", secrets, mocked) if hidden
                          else str(value))
         shown[name] = REDACTED if hidden else headers[name]
@@ -171,15 +178,23 @@ def _remote_place(spec: McpStepSpec, secrets: list[str],
     inputs: dict[str, Any] = {"url": shown_url, "transport": spec.transport}
     if shown:
         inputs["headers"] = shown
-    return {"url": url, "headers": headers, "transport": spec.transport}, inputs
+    return ({"url": url, "headers": headers, "transport": spec.transport, "shown": shown_url},
+            inputs)
 
 
-def _remember_password(url: str, secrets: list[str]) -> None:
-    """A password in the URL is a secret too (scrubbed wherever it shows up)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
+def _remember_password(url: str, secrets: list[str], mocked: bool) -> None:
+    """A password in the URL is a secret too (scrubbed wherever it shows up, and as the
+    ``Basic`` header it becomes); one too short to scrub safely fails the step."""
+    import base64
+
+    parts = urlsplit(url)
+    if not parts.password:
         return
-    if password:
-        remember(unquote(password))
-        secrets.append(unquote(password))
+    password = unquote(parts.password)
+    if len(password) < MIN_SECRET_LENGTH and not mocked:
+        raise StepFailed(f"the password in the url is shorter than {MIN_SECRET_LENGTH} "
+                         f"characters: too short to keep out of stored outputs", retryable=False)
+    remember(password)
+    basic = f"{unquote(parts.username or '')}:{password}"
+    remember(base64.b64encode(basic.encode()).decode())
+    secrets.append(password)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from brain._errors import StepFailed, innermost
 from brain.executors.llm import shown_endpoint
@@ -22,11 +23,33 @@ from brain.executors.llm import shown_endpoint
 CONNECT_SECONDS = 30.0
 
 
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be requested (a bad port, a malformed host, control characters),
+    or ``None``."""
+    import httpx2
+
+    if not url.startswith(("http://", "https://")):
+        return "url must start with http:// or https://"
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        return "url must not contain spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on an out-of-range or malformed port
+        if not parts.hostname:
+            return "url has no host"
+        httpx2.URL(url)
+    except (ValueError, httpx2.InvalidURL) as exc:
+        return f"url is not usable: {exc}"
+    return None
+
+
 class RemoteServer:
     """One session with a server reached over HTTP (see the module)."""
 
-    def __init__(self, url: str, headers: dict[str, str], transport: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str], transport: str, *,
+                 shown: str | None = None) -> None:
         self.url = url
+        self._shown = shown
         self.headers = headers
         self.kind = transport
         #: The first refusal or server error a response carried.
@@ -37,7 +60,10 @@ class RemoteServer:
 
     @property
     def shown(self) -> str:
-        """The URL as it may be shown (any user and password hidden)."""
+        """The URL as it may be shown (any user and password hidden; ``***`` for a URL that
+        is a secret as a whole)."""
+        if self._shown is not None:
+            return self._shown
         try:
             return shown_endpoint(self.url)
         except ValueError:
@@ -45,7 +71,7 @@ class RemoteServer:
 
     async def _watch(self, response: Any) -> None:
         code = response.status_code
-        if (code in (401, 403) or code >= 500) and self.status is None:
+        if (code in (401, 403, 404) or code >= 500) and self.status is None:
             self.status = code
             self._refused.set()
 
@@ -54,6 +80,9 @@ class RemoteServer:
         if self.status in (401, 403):
             return StepFailed(f"authentication failed: the MCP server at {self.shown} answered "
                               f"HTTP {self.status}; check bearer= and headers=", retryable=False)
+        if self.status == 404:
+            return StepFailed(f"the MCP server at {self.shown} answered HTTP 404: no MCP "
+                              f"endpoint at this path, or its session ended")
         if self.status is not None:
             return StepFailed(f"the MCP server at {self.shown} answered HTTP {self.status}")
         return None

@@ -15,6 +15,8 @@ import contextlib
 import json
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from brain._errors import StepFailed, innermost
 from brain.executors.base import StepContext, StepOutput, cut
 from brain.executors.process import KILL_GRACE_SECONDS
@@ -90,7 +92,7 @@ class LiveSession:
         try:
             async with self.server.transport() as (read, write), \
                     ClientSession(read, write) as session:
-                await session.initialize()
+                await self._first_of(session.initialize())
                 self.session = session
                 self._ready.set()
                 await self._stop.wait()
@@ -101,6 +103,33 @@ class LiveSession:
         finally:
             self.ended = True
             self._ready.set()
+
+    async def _first_of(self, work: Any) -> Any:
+        """``await work``, unless an HTTP response refuses the session first (over SSE a
+        refused message leaves its request unanswered): then the refusal."""
+        task = asyncio.ensure_future(work)
+        if self.server.refused is None:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                task.cancel()  # a request in flight: the SDK sends notifications/cancelled
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(task, CLOSE_GRACE_SECONDS)
+                raise
+        watching = asyncio.ensure_future(self.server.refused.wait())
+        try:
+            await asyncio.wait({task, watching}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()  # a request in flight: the SDK sends notifications/cancelled
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, CLOSE_GRACE_SECONDS)
+            raise
+        finally:
+            watching.cancel()
+        if not task.done():
+            task.cancel()
+            raise self.server.refusal() or StepFailed("the MCP server refused the session")
+        return task.result()
 
     async def _opened(self) -> Any:
         """The initialized session, once connected: :class:`StepFailed` if it could not be."""
@@ -120,6 +149,12 @@ class LiveSession:
             leaf = innermost(exc)
             if isinstance(leaf, StepFailed):
                 return leaf
+            if isinstance(leaf, ValidationError):
+                return _malformed(leaf)
+            if isinstance(leaf, MCPError) and not _connection_closed(leaf):
+                return StepFailed(f"the MCP server refused the session ({leaf.code}): "
+                                  f"{_said(leaf.message)}", retryable=False,
+                                  stderr=self.server.tail())
             if not isinstance(leaf, MCPError):
                 return StepFailed(f"the MCP session failed: {type(leaf).__name__}: "
                                   f"{cut(str(leaf), 500)}", stderr=self.server.tail())
@@ -142,33 +177,24 @@ class LiveSession:
 
         request = types.CallToolRequest(params=types.CallToolRequestParams(
             name=tool, arguments=args))
-        calling = asyncio.ensure_future(session.send_request(
-            request, types.CallToolResult, progress_callback=on_progress))
         try:
-            if self.server.refused is not None:  # a refusal may leave the request unanswered
-                watching = asyncio.ensure_future(self.server.refused.wait())
-                try:
-                    await asyncio.wait({calling, watching}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    watching.cancel()
-                if not calling.done():
-                    calling.cancel()
-                    raise self.server.refusal() or StepFailed("the MCP server refused the call")
-            result = await calling
+            result = await self._first_of(session.send_request(
+                request, types.CallToolResult, progress_callback=on_progress))
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED or _session_gone(exc):
+            if _connection_closed(exc) or _session_gone(exc):
                 self._break()  # the next step or try starts a fresh session
                 await self._settled()
-                if exc.code == types.CONNECTION_CLOSED:
+                if _connection_closed(exc):
                     raise self._failure(self.error) from None
             refusal = self.server.describe_failure(exc)
             raise (refusal or StepFailed(f"the MCP server answered with an error ({exc.code}): "
-                                         f"{exc.message}", stderr=self.server.tail())) from None
-        except asyncio.CancelledError:
-            calling.cancel()  # the SDK sends notifications/cancelled for it
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(calling, CLOSE_GRACE_SECONDS)
+                                         f"{_said(exc.message)}", stderr=self.server.tail())
+                   ) from None
+        except StepFailed:  # refused (HTTP): the session is of no more use
+            self._break()
             raise
+        except ValidationError as exc:  # an answer of the wrong shape
+            raise _malformed(exc) from None
         except Exception:
             self._break()
             raise
@@ -199,6 +225,32 @@ class LiveSession:
     def stderr(self) -> str | None:
         """What the server left on stderr (stdio only)."""
         return self.server.stderr if self.ended else self.server.tail()
+
+
+def _said(message: str) -> str:
+    """An error's message as stored: its first line, without the SDK's quote of a malformed
+    message (pydantic's ``input_value=``, cut short: a secret cut in two could not be
+    scrubbed)."""
+    first = (message or "").strip().split("\n", 1)[0]
+    return cut(first.split("input_value=", 1)[0].rstrip(" ,[{("), 500)
+
+
+def _connection_closed(exc: Any) -> bool:
+    """Whether an error is the SDK's own "connection closed" (a server's error may use the
+    same code, -32000, with a message of its own)."""
+    import mcp_types as types
+
+    return bool(exc.code == types.CONNECTION_CLOSED and exc.message == "Connection closed")
+
+
+def _malformed(exc: ValidationError) -> StepFailed:
+    """An answer of the wrong shape, said without quoting it (pydantic's text quotes the
+    input cut short, and a secret cut in two could not be scrubbed)."""
+    first = exc.errors(include_input=False, include_url=False)[:1]
+    where = ".".join(str(p) for p in first[0]["loc"]) if first else ""
+    why = first[0]["msg"] if first else "invalid"
+    return StepFailed(f"the MCP server's answer has the wrong shape ({exc.error_count()} "
+                      f"problem(s); first at {where or 'the top'}: {why})", retryable=False)
 
 
 def _session_gone(exc: Any) -> bool:

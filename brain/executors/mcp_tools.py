@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
-from typing import Any
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 from brain._errors import BrainError, innermost
 
@@ -44,22 +47,33 @@ async def _remote_tools(url: str, headers: dict[str, str],
     :class:`BrainError` that shows neither the headers nor the token."""
     from mcp import MCPError
 
-    from brain.executors.mcp_remote import RemoteServer
+    from brain._secrets import remember, scrub
+    from brain.executors.mcp_remote import RemoteServer, url_problem
 
-    if not url.startswith(("http://", "https://")):
-        raise BrainError(f"--url must start with http:// or https:// (got {url!r})")
+    problem = url_problem(url)
+    if problem is not None:
+        raise BrainError(f"--{problem}")
+    parts = urlsplit(url)
+    if parts.password:  # a password in the URL, and the Basic header it becomes
+        password = unquote(parts.password)
+        remember(password)
+        remember(base64.b64encode(f"{unquote(parts.username or '')}:{password}".encode()).decode())
     server = RemoteServer(url, headers, transport)
     try:
-        return await _tools(server.transport())
+        # What a server answers may quote the token: scrubbed like everything stored.
+        return cast(list[dict[str, Any]],
+                    json.loads(scrub(json.dumps(await _tools(server.transport()))) or "[]"))
     except Exception as exc:
         known = server.describe_failure(exc)
         if known is not None:
-            raise BrainError(known.message.replace("bearer= and headers=",
-                                                   "--bearer-env and --header")) from None
+            raise BrainError(scrub(known.message.replace(
+                "bearer= and headers=", "--bearer-env and --header")) or "") from None
         leaf = innermost(exc)
         if isinstance(leaf, MCPError):
-            raise BrainError(f"the MCP server at {server.shown} failed: {leaf.message}") from None
-        raise
+            raise BrainError(scrub(f"the MCP server at {server.shown} failed: {leaf.message}")
+                             or "") from None
+        raise BrainError(scrub(f"the MCP server at {server.shown} failed: "
+                               f"{type(leaf).__name__}: {leaf}") or "") from None
 
 
 async def _tools(transport: Any) -> list[dict[str, Any]]:
