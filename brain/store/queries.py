@@ -235,19 +235,24 @@ def claim_next(workflows: str) -> str:
             f"WHERE id = ({pick}) AND status = 'queued' RETURNING id, wakes")
 
 
-#: The oldest queued runs of some workflows (an :func:`in_list` follows), for a claim under
-#: limits (SPEC §19): no lock taken, each is claimed by :data:`CLAIM_QUEUED_RUN`.
-QUEUED_CANDIDATES = ("SELECT id, workflow, concurrency_key FROM brain_runs "
-                     "WHERE status = 'queued' AND workflow IN ")
-CANDIDATES_IN_ORDER = " ORDER BY created_at LIMIT :limit"
+#: The groups of queued runs of some workflows (an :func:`in_list` follows) — a workflow
+#: and a concurrency key — oldest first by their oldest run, for a claim under limits (SPEC
+#: §19): however long one key's backlog, the other keys' runs are seen. No lock is taken.
+QUEUED_GROUPS = ("SELECT workflow, COALESCE(concurrency_key, '') AS k, min(created_at) AS first "
+                 "FROM brain_runs WHERE status = 'queued' AND workflow IN ")
+GROUPS_IN_ORDER = " GROUP BY workflow, COALESCE(concurrency_key, '') ORDER BY first LIMIT :limit"
 #: Serialises the claims of one limit's group until the transaction ends (PostgreSQL).
 LOCK_LIMIT_GROUP = "SELECT pg_advisory_xact_lock(hashtextextended(:group, 0)) AS locked"
 COUNT_RUNNING_OF = ("SELECT count(*) AS n FROM brain_runs "
                     "WHERE workflow = :workflow AND status = 'running'")
 COUNT_RUNNING_WITH_KEY = COUNT_RUNNING_OF + " AND COALESCE(concurrency_key, '') = :key"
-CLAIM_QUEUED_RUN = ("UPDATE brain_runs SET status = 'running', lease_owner = :owner, "
-                    "started_at = COALESCE(started_at, :now), lease_expires_at = {lease_until} "
-                    "WHERE id = :run_id AND status = 'queued' RETURNING id, wakes")
+#: Claims the oldest queued run of a group (see :data:`QUEUED_GROUPS`).
+CLAIM_OLDEST_OF_GROUP = (
+    "UPDATE brain_runs SET status = 'running', lease_owner = :owner, "
+    "started_at = COALESCE(started_at, :now), lease_expires_at = {lease_until} "
+    "WHERE id = (SELECT id FROM brain_runs WHERE status = 'queued' AND workflow = :workflow "
+    "AND COALESCE(concurrency_key, '') = :key ORDER BY created_at LIMIT 1{skip_locked}) "
+    "AND status = 'queued' RETURNING id, wakes")
 
 # --- workers and retention -----------------------------------------------------------------
 

@@ -30,8 +30,8 @@ class QueueFull(StoreError):
 QUEUED_CHANNEL = "brain_queued"
 #: A workflow's limit: ``(max_concurrent_runs, keyed)`` (see :meth:`RunQueue.take_next`).
 Limit = tuple[int, bool]
-#: How many of the oldest queued runs a claim under limits looks at.
-CANDIDATES = 200
+#: How many groups of queued runs (workflow and key) a claim under limits looks at.
+GROUPS = 500
 
 
 class RunQueue(UsesBackend):
@@ -182,11 +182,12 @@ class RunQueue(UsesBackend):
 
         def job(conn: Connection) -> tuple[str, bool] | None:
             full: set[tuple[str, str | None]] = set()
-            for row in conn.read(queries.QUEUED_CANDIDATES + listed
-                                 + queries.CANDIDATES_IN_ORDER, {**params, "limit": CANDIDATES}):
-                limit = limits.get(row["workflow"])
+            for row in conn.read(queries.QUEUED_GROUPS + listed + queries.GROUPS_IN_ORDER,
+                                 {**params, "limit": GROUPS}):
+                workflow, key = row["workflow"], row["k"]
+                limit = limits.get(workflow)
                 if limit is not None:
-                    group = (row["workflow"], (row["concurrency_key"] or "") if limit[1] else None)
+                    group = (workflow, key if limit[1] else None)
                     if group in full:
                         continue
                     if locks:
@@ -194,11 +195,12 @@ class RunQueue(UsesBackend):
                                   {"group": f"brain-limit\x1f{group[0]}\x1f{group[1] or ''}"})
                     counted = conn.read(queries.COUNT_RUNNING_OF if group[1] is None
                                         else queries.COUNT_RUNNING_WITH_KEY,
-                                        {"workflow": group[0], "key": group[1]})
+                                        {"workflow": workflow, "key": group[1]})
                     if int(counted[0]["n"]) >= limit[0]:
                         full.add(group)
                         continue
-                taken = conn.read(queries.CLAIM_QUEUED_RUN, {**claim, "run_id": row["id"]})
+                taken = conn.read(queries.CLAIM_OLDEST_OF_GROUP,
+                                  {**claim, "workflow": workflow, "key": key})
                 if taken:
                     return str(taken[0]["id"]), bool(taken[0]["wakes"])
             return None

@@ -99,3 +99,18 @@ async def test_watch_queued_hears_of_runs_other_stores_queue(store: Any,
         await asyncio.wait_for(heard.wait(), 10)
     finally:
         watching.cancel()
+
+
+async def test_a_long_backlog_of_one_key_never_hides_another_keys_run(store: Any) -> None:
+    first = await _queue(store, "deploy", "busy")
+    backlog = [contract.new_id() for _ in range(250)]
+    for run_id in backlog:
+        await store.enqueue_run(run_id=run_id, workflow="deploy", definition_hash=contract.HASH,
+                                trigger=TriggerData(), step_rows=[("one", "shell")],
+                                concurrency_key="busy")
+    await tick()
+    other = await _queue(store, "deploy", "quiet")
+    limits = {"deploy": (1, True)}
+    assert await store.take_next(["deploy"], "me:1:a", LONG, limits=limits) == (first, False)
+    assert await store.take_next(["deploy"], "me:1:a", LONG, limits=limits) == (other, False)
+    assert await store.take_next(["deploy"], "me:1:a", LONG, limits=limits) is None
