@@ -211,3 +211,28 @@ async def wait_run(client: Any, run_id: str, seconds: float = 20.0) -> dict[str,
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} never ended: {data}")
         await asyncio.sleep(0.05)
+
+
+def start_worker(url: str, folder: Path, logs: Path, *,
+                 concurrency: int = 4) -> subprocess.Popen[bytes]:
+    """``brain worker FOLDER --concurrency N`` on the database at ``url``, a subprocess; its
+    output in ``logs/worker-N.out``."""
+    env = clean_env(logs / "unused.db", {"BRAIN_DATABASE_URL": url})
+    n = 1 + sum(1 for _ in logs.glob("worker-*.out"))
+    with (logs / f"worker-{n}.out").open("wb") as out:
+        return subprocess.Popen([*brain_argv(), "worker", str(folder), "--concurrency",
+                                 str(concurrency)], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process still running, then wait; SIGKILL one that does not end."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_support import brain_argv, clean_env
+from serve_support import start_worker, stop_all
 from support import upgraded_schema, write_source
 
 from brain.loader import load_file
@@ -43,21 +43,11 @@ def worker_of(tmp_path: Path) -> Iterator[Any]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(url: str, folder: Path) -> subprocess.Popen[bytes]:
-        env = clean_env(tmp_path / "unused.db", {"BRAIN_DATABASE_URL": url})
-        with (tmp_path / "worker.out").open("wb") as out:
-            proc = subprocess.Popen([*brain_argv(), "worker", str(folder), "--concurrency", "2"],
-                                    env=env, stdout=out, stderr=subprocess.STDOUT)
-        started.append(proc)
-        return proc
+        started.append(start_worker(url, folder, tmp_path, concurrency=2))
+        return started[-1]
 
     yield start
-    for proc in started:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    stop_all(started)
 
 
 async def _latencies(url: str, folder: Path, worker: subprocess.Popen[bytes]) -> list[float]:

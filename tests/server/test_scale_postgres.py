@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_support import brain_argv, clean_env
+from serve_support import start_worker, stop_all
 from support import upgraded_schema, write_source
 
 from brain.loader import load_file
@@ -56,30 +56,12 @@ def workers(tmp_path: Path) -> Iterator[Any]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(url: str, folder: Path, count: int) -> list[subprocess.Popen[bytes]]:
-        env = clean_env(tmp_path / "unused.db", {"BRAIN_DATABASE_URL": url})
-        procs = []
-        for _ in range(count):
-            with (tmp_path / f"worker-{len(started)}.out").open("wb") as out:
-                procs.append(subprocess.Popen(
-                    [*brain_argv(), "worker", str(folder), "--concurrency", "4"], env=env,
-                    stdout=out, stderr=subprocess.STDOUT))
-            started.append(procs[-1])
+        procs = [start_worker(url, folder, tmp_path) for _ in range(count)]
+        started.extend(procs)
         return procs
 
     yield start
-    stop(started)
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    stop_all(started)
 
 
 async def _up(store: Store, count: int) -> None:
@@ -175,7 +157,7 @@ def test_work_that_waits_drains_faster_on_four_workers(
                 run_id, _ = await enqueue(store, run, trigger_key="api", max_queued=None)
                 ids.append(str(run_id))
             took = await _drain(store, ids)
-        stop(procs)
+        stop_all(procs)
         async with Store(fresh_pg_url) as store, store.engine.begin() as conn:
             from sqlalchemy import text
             await conn.execute(text("DELETE FROM brain_workers"))
