@@ -108,24 +108,19 @@ class LiveSession:
         """``await work``, unless an HTTP response refuses the session first (over SSE a
         refused message leaves its request unanswered): then the refusal."""
         task = asyncio.ensure_future(work)
-        if self.server.refused is None:
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                task.cancel()  # a request in flight: the SDK sends notifications/cancelled
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(task, CLOSE_GRACE_SECONDS)
-                raise
-        watching = asyncio.ensure_future(self.server.refused.wait())
+        waiting = {task}
+        if self.server.refused is not None:
+            waiting.add(asyncio.ensure_future(self.server.refused.wait()))
         try:
-            await asyncio.wait({task, watching}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()  # a request in flight: the SDK sends notifications/cancelled
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, CLOSE_GRACE_SECONDS)
             raise
         finally:
-            watching.cancel()
+            for other in waiting - {task}:
+                other.cancel()
         if not task.done():
             task.cancel()
             raise self.server.refusal() or StepFailed("the MCP server refused the session")
