@@ -134,8 +134,11 @@ def test_a_failure_queues_its_handler_exactly_once_across_a_kill(tmp_path: Path)
             time.sleep(0.2)
     finally:
         second.stop()
-    assert len(runs) == 1, runs
-    assert handled.read_text().splitlines() == ["failure"]
+    assert len(runs) == 1, runs  # queued once, whatever the kill interrupted
+    # The handler ran. Its step may have run twice: the first server can take the handler
+    # at once (it is queued with the failure) and be killed while its step runs, and a step
+    # whose process died runs again when its run resumes (at least once per step, §11).
+    assert set(handled.read_text().splitlines()) == {"failure"}
 
 
 def test_a_handler_named_twice_is_queued_once() -> None:
