@@ -230,6 +230,23 @@ def _narrowed(run: str, given: list[str]) -> tuple[int, int]:
     return lo, hi
 
 
+def url_password_forms(url: str) -> list[str]:
+    """The password in ``url`` (decoded) and the ``Basic`` credentials it becomes
+    (``base64(user:password)``), or nothing when the URL has none (or cannot be parsed)."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return []
+    if not password:
+        return []
+    password = unquote(password)
+    basic = f"{unquote(parts.username or '')}:{password}"
+    return [password, base64.b64encode(basic.encode()).decode()]
+
+
 def longest() -> int:
     """The length of the longest secret value remembered (0 when none)."""
     return max((len(v) for v in _values), default=0)

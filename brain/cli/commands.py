@@ -349,6 +349,7 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
     """``--header 'Name: value'`` and ``--bearer-env VAR`` as request headers (the token and
     every header value are remembered as secrets, kept out of what is printed)."""
     from brain._secrets import remember
+    from brain.dsl.mcp import header_value_fits
 
     headers: dict[str, str] = {}
     for item in args.header:
@@ -356,9 +357,9 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
         if not colon or not name.strip() or any(c in name for c in " \t\r\n"):
             raise BrainError(f"--header must look like 'Name: value' (got {name.strip()!r}...)")
         value = value.strip()
-        if any(not 32 <= ord(c) < 127 and c != "\t" for c in value):
+        if not header_value_fits(value):
             raise BrainError(f"--header {name.strip()}: the value must be printable ASCII "
-                             f"with no line breaks")
+                             f"with no line breaks, of at most 8192 characters")
         headers[name.strip()] = value
         remember(value)
     if args.bearer_env:

@@ -90,8 +90,8 @@ def _literal(tracer: Tracer, step: str, field: str, value: object) -> str | Secr
 HEADER_CHARS = 8192
 
 
-def _url_problem(url: str) -> str | None:
-    """Why a literal ``url`` can never be requested, or ``None``."""
+def url_problem(url: str) -> str | None:
+    """Why ``url`` can never be requested (scheme, characters, port, host), or ``None``."""
     if not url.startswith(("http://", "https://")):
         return "url must start with http:// or https://"
     if any(not 33 <= ord(c) < 127 for c in url):
@@ -110,11 +110,16 @@ def _header_value(tracer: Tracer, step: str, field: str, value: object) -> str |
     """A header value or bearer token: literal ASCII text (or a secret, checked when the
     step starts)."""
     text = _literal(tracer, step, field, value)
-    if isinstance(text, str) and (len(text) > HEADER_CHARS
-                                  or any(not 32 <= ord(c) < 127 and c != "\t" for c in text)):
+    if isinstance(text, str) and not header_value_fits(text):
         raise tracer.error(step, f"{field} must be printable ASCII of at most {HEADER_CHARS} "
                                  f"characters")
     return text
+
+
+def header_value_fits(text: str) -> bool:
+    """Whether ``text`` can be sent as a header value: printable ASCII (tabs allowed), no
+    line breaks, at most :data:`HEADER_CHARS` characters."""
+    return len(text) <= HEADER_CHARS and all(32 <= ord(c) < 127 or c == "\t" for c in text)
 
 
 def _remote(tracer: Tracer, name: str, url: object, headers: Mapping[str, object] | None,
@@ -122,7 +127,7 @@ def _remote(tracer: Tracer, name: str, url: object, headers: Mapping[str, object
     """The checked fields of a step on a server reached over HTTP."""
     target = _literal(tracer, name, "url", url)
     if isinstance(target, str):
-        problem = _url_problem(target)
+        problem = url_problem(target)
         if problem:
             raise tracer.error(name, f"{problem} (got {target!r})")
     if transport == "stdio":

@@ -182,21 +182,10 @@ class McpStepSpec(StepSpec):
         """Secrets written literally in the step: the values of its sensitive headers (see
         :func:`sensitive_header`), the password in its URL and the ``Basic`` credentials
         it becomes."""
-        import base64
-        from urllib.parse import unquote, urlsplit
+        from brain._secrets import url_password_forms
 
         found = [v for k, v in self.headers.items() if isinstance(v, str) and sensitive_header(k)]
-        if isinstance(self.url, str):
-            try:
-                parts = urlsplit(self.url)
-                password = parts.password
-            except ValueError:
-                password = None
-            if password:
-                found.append(unquote(password))
-                basic = f"{unquote(parts.username or '')}:{unquote(password)}"
-                found.append(base64.b64encode(basic.encode()).decode())
-        return found
+        return found + (url_password_forms(self.url) if isinstance(self.url, str) else [])
 
 
 class SleepStepSpec(StepSpec):

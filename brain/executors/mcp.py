@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
 
 from brain._errors import StepFailed
-from brain._secrets import MIN_SECRET_LENGTH, remember
+from brain._secrets import MIN_SECRET_LENGTH, remember, url_password_forms
+from brain.dsl.mcp import header_value_fits
 from brain.dsl.model import McpStepSpec, SecretRef, sensitive_header
 from brain.executors.base import (
     REDACTED,
@@ -132,7 +132,7 @@ def _secret_value(value: SecretRef | SecretStr | str, what: str, secrets: list[s
     """A secret's value (a ``secret()`` read now, or literal), remembered for scrubbing."""
     if isinstance(value, SecretRef):
         text = read_secret(value, lenient=mocked)
-        if any(not 32 <= ord(c) < 127 and c != "\t" for c in text) or len(text) > 8192:
+        if not header_value_fits(text):
             raise StepFailed(f"secret {value.env} cannot be sent as {what}: it must be "
                              f"printable ASCII (no line breaks) of at most 8192 characters",
                              retryable=False)
@@ -185,16 +185,13 @@ def _remote_place(spec: McpStepSpec, secrets: list[str],
 def _remember_password(url: str, secrets: list[str], mocked: bool) -> None:
     """A password in the URL is a secret too (scrubbed wherever it shows up, and as the
     ``Basic`` header it becomes); one too short to scrub safely fails the step."""
-    import base64
-
-    parts = urlsplit(url)
-    if not parts.password:
+    forms = url_password_forms(url)
+    if not forms:
         return
-    password = unquote(parts.password)
+    password = forms[0]
     if len(password) < MIN_SECRET_LENGTH and not mocked:
         raise StepFailed(f"the password in the url is shorter than {MIN_SECRET_LENGTH} "
                          f"characters: too short to keep out of stored outputs", retryable=False)
-    remember(password)
-    basic = f"{unquote(parts.username or '')}:{password}"
-    remember(base64.b64encode(basic.encode()).decode())
+    for form in forms:
+        remember(form)
     secrets.append(password)

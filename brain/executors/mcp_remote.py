@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 from brain._errors import StepFailed, innermost
 from brain.executors.llm import shown_endpoint
@@ -24,19 +23,16 @@ CONNECT_SECONDS = 30.0
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be requested (a bad port, a malformed host, control characters),
-    or ``None``."""
+    """Why ``url`` cannot be requested: the workflow's rule (:func:`brain.dsl.mcp.url_problem`,
+    checked again for a URL that was a secret) and what the HTTP client refuses; or ``None``."""
     import httpx2
 
-    if not url.startswith(("http://", "https://")):
-        return "url must start with http:// or https://"
-    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        return "url must not contain spaces or control characters"
+    from brain.dsl.mcp import url_problem as written_problem
+
+    problem = written_problem(url)
+    if problem is not None:
+        return problem
     try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on an out-of-range or malformed port
-        if not parts.hostname:
-            return "url has no host"
         httpx2.URL(url)
     except (ValueError, httpx2.InvalidURL) as exc:
         return f"url is not usable: {exc}"

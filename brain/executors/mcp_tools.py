@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
 
 from brain._errors import BrainError, innermost
 
@@ -47,17 +45,14 @@ async def _remote_tools(url: str, headers: dict[str, str],
     :class:`BrainError` that shows neither the headers nor the token."""
     from mcp import MCPError
 
-    from brain._secrets import remember, scrub
+    from brain._secrets import remember, scrub, url_password_forms
     from brain.executors.mcp_remote import RemoteServer, url_problem
 
     problem = url_problem(url)
     if problem is not None:
         raise BrainError(f"--{problem}")
-    parts = urlsplit(url)
-    if parts.password:  # a password in the URL, and the Basic header it becomes
-        password = unquote(parts.password)
-        remember(password)
-        remember(base64.b64encode(f"{unquote(parts.username or '')}:{password}".encode()).decode())
+    for form in url_password_forms(url):  # a password in the URL, and its Basic header
+        remember(form)
     server = RemoteServer(url, headers, transport)
     try:
         # What a server answers may quote the token: scrubbed like everything stored.
