@@ -9,11 +9,19 @@ model. Point a step at it with ``provider_url=server.url`` or
 ...     server.respond(status=503, headers={"Retry-After": "0"})
 ...     result = wf(trigger="...")                        # first try 503, then "hello"
 ...     assert server.requests[-1].json["model"] == "m"
+
+Run on its own, it serves until stopped, answering every request with one reply::
+
+    python -m brain.testing.chat_server --port 8088 --reply "hello"
+    LLM_BASE_URL=http://127.0.0.1:8088/v1 LLM_MODEL=fake brain run flow.py
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -164,3 +172,37 @@ class FakeChatServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m brain.testing.chat_server``: serve on loopback until Ctrl-C or SIGTERM,
+    saying the base URL to use as ``LLM_BASE_URL``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m brain.testing.chat_server",
+        description="A fake OpenAI-compatible chat endpoint that answers every request "
+                    "with one reply (for trying llm() steps without a model).")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                        "(default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8088, help="port (default 8088; 0: any free)")
+    parser.add_argument("--reply", default="ok", help="the answer's content (default: ok)")
+    args = parser.parse_args(argv)
+    try:
+        server = FakeChatServer(args.reply, host=args.host, port=args.port)
+    except OSError as exc:
+        print(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with server:
+        print(f"fake chat server at {server.url} (LLM_BASE_URL={server.url}); Ctrl-C stops it",
+              flush=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
