@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from brain._clock import utcnow
 from brain.results import FINISHED_RUN, RunStatus, StepStatus
 
 if TYPE_CHECKING:
@@ -43,6 +44,11 @@ CLOCK_SLACK = timedelta(seconds=2)
 EXPIRED_SCAN_SECONDS = 5.0
 #: How often a serving process writes its heartbeat row (``brain workers``).
 WORKER_BEAT_SECONDS = 5.0
+#: How long the row of a process that died without a word (``kill -9``, a lost machine) is
+#: kept, shown lost, before the live processes remove it.
+LOST_WORKER_KEPT = timedelta(hours=1)
+#: Every how many heartbeats a process removes such rows.
+FORGET_EVERY_BEATS = 12
 
 
 class RunTaker:
@@ -240,16 +246,21 @@ class RunTaker:
                             extra={**fields, "step": event.step})
 
     async def _heartbeat_loop(self) -> None:
-        """Tell the database this process is alive, every few seconds (``brain workers``)."""
+        """Tell the database this process is alive, every few seconds (``brain workers``),
+        and now and then remove the rows of processes silent for long."""
+        beats = 0
         while not self.stopping:
             try:
                 await self.store.worker_heartbeat(
                     self.owner, host=socket.gethostname(), pid=os.getpid(), kind=self.kind,
                     started_at=self.started_at, executing=len(self.running))
+                if beats % FORGET_EVERY_BEATS == 0:
+                    await self.store.forget_silent_workers(utcnow() - LOST_WORKER_KEPT)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a busy database: the next beat will do
                 log.debug("worker heartbeat not written: %s", exc)
+            beats += 1
             await asyncio.sleep(WORKER_BEAT_SECONDS)
 
     async def _resume_loop(self) -> None:

@@ -30,9 +30,18 @@ class Housekeeping(UsesBackend):
         """Remove a worker's row (it stopped cleanly)."""
         await self.db.write(queries.FORGET_WORKER, {"worker_id": worker_id})
 
+    async def forget_silent_workers(self, before: datetime) -> None:
+        """Remove the rows of workers silent since ``before`` (they died without a word)."""
+        await self.db.write(queries.FORGET_SILENT_WORKERS, {"before": before})
+
     async def list_workers(self) -> list[dict[str, Any]]:
-        """Every executor process that has a row, most recent heartbeat first."""
-        return await self.db.read(queries.LIST_WORKERS)
+        """Every executor process that has a row, most recent heartbeat first: ``executing``
+        as its last heartbeat said, ``leased`` how many runs the database still has running
+        under its lease."""
+        rows = await self.db.read(queries.LIST_WORKERS)
+        for row in rows:
+            row["leased"] = int(row["leased"] or 0)
+        return rows
 
     async def prune(self, finished_before: datetime) -> int:
         """Delete finished runs that ended before ``finished_before``, schedule fire

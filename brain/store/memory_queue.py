@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -211,9 +212,17 @@ class MemoryQueue(MemoryState):
         """Remove a worker's row."""
         self._workers.pop(worker_id, None)
 
+    async def forget_silent_workers(self, before: datetime) -> None:
+        """Remove the rows of workers silent since ``before``."""
+        for worker_id in [i for i, w in self._workers.items() if w["heartbeat_at"] < before]:
+            del self._workers[worker_id]
+
     async def list_workers(self) -> list[dict[str, Any]]:
-        """Every executor process that has a row, most recent heartbeat first."""
-        return sorted((dict(w) for w in self._workers.values()),
+        """Every executor process that has a row, most recent heartbeat first, with
+        ``leased``: how many runs are still running under its lease."""
+        leased = Counter(r.record.lease_owner for r in self._runs.values()
+                         if r.record.status == RunStatus.RUNNING.value)
+        return sorted(({**w, "leased": leased[w["id"]]} for w in self._workers.values()),
                       key=lambda w: w["heartbeat_at"], reverse=True)
 
     def _prune_fires_and_workers(self, before: datetime) -> None:

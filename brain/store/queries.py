@@ -262,8 +262,14 @@ WORKER_BEAT = (
     + " ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, "
       "executing = excluded.executing")
 FORGET_WORKER = "DELETE FROM brain_workers WHERE id = :worker_id"
-LIST_WORKERS = ("SELECT id, host, pid, kind, started_at, heartbeat_at, executing "
-                "FROM brain_workers ORDER BY heartbeat_at DESC")
+FORGET_SILENT_WORKERS = "DELETE FROM brain_workers WHERE heartbeat_at < :before"
+# ``leased``: the runs the database still has running under the worker's lease (a worker's
+# id is its lease owner). A run another process took over, or that ended, is not among them.
+LIST_WORKERS = (
+    "SELECT id, host, pid, kind, started_at, heartbeat_at, executing, "
+    "(SELECT COUNT(*) FROM brain_runs WHERE brain_runs.status = 'running' "
+    "AND brain_runs.lease_owner = brain_workers.id) AS leased "
+    "FROM brain_workers ORDER BY heartbeat_at DESC")
 
 PRUNE = (
     ("DELETE FROM brain_timers WHERE run_id IN (SELECT id FROM brain_runs "
