@@ -19,6 +19,7 @@ from brain.cli import parse_age, render, run_trigger, settle
 from brain.cli.checking import cmd_check
 from brain.cli.deciding import cmd_approve, cmd_signal
 from brain.cli.follow import LinePrinter, cmd_logs
+from brain.cli.startup import only_reads, require_database
 
 if TYPE_CHECKING:
     from brain.results import RunResult, StepResult
@@ -57,6 +58,8 @@ def dispatch(args: argparse.Namespace) -> int:
             error(message)
             return code
     try:
+        if only_reads(args):  # a read never creates a database: say which one is missing
+            require_database()
         return handler(args)
     except (BrainError, ValueError) as exc:  # a bad file, an unusable database, an unknown run
         return fail(str(exc))
@@ -192,6 +195,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         render.write_stdout(json.dumps([r.to_json_dict() for r in results], ensure_ascii=False)
                             + "\n")
+    elif not results:  # say where: an unexpected database is the likely surprise
+        from brain.store.urls import default_url, shown_database
+
+        matching = "".join(f" --{k} {v}" for k, v in (("workflow", args.workflow),
+                                                       ("status", args.status)) if v)
+        render.ok(f"no runs{' matching' + matching if matching else ''} in "
+                  f"{shown_database(default_url())}")
     else:
         render.runs_table(results)
     return 0

@@ -1,8 +1,11 @@
-"""Start-up checks of the commands that run steps (``serve``, ``worker``, ``run``).
+"""Start-up checks of the commands.
 
 - Started as root, they warn in one line (SPEC §11): the wall that keeps steps out of
   the orchestrator's environment and memory (:func:`brain._secrets.make_undumpable`)
   does not hold against root.
+- Commands that only read the record (``runs``, ``show``, ``logs``, ``workers``,
+  ``prune --dry-run``) never create a database, file or tables: finding none, they say
+  which one they looked for and stop (exit 2).
 - ``serve`` and ``worker`` hold an exclusive lock on ``FILE.lock`` next to their SQLite
   file while they run (SPEC §4), so a second serving process on the same file stops at
   once, naming the first; other commands (``run``, ``runs``, ``show``...) do not take it.
@@ -10,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import fcntl
@@ -31,6 +35,25 @@ def root_warning() -> str | None:
     """The one-line warning to give at start-up when running as root, else ``None``."""
     geteuid = getattr(os, "geteuid", None)
     return ROOT_WARNING if geteuid is not None and geteuid() == 0 else None
+
+
+#: The commands that only read the database (``prune`` too, with ``--dry-run``).
+READ_ONLY_COMMANDS = frozenset({"runs", "show", "logs", "workers"})
+
+
+def only_reads(args: argparse.Namespace) -> bool:
+    """Whether the command ``args`` asks for only reads the database."""
+    return args.command in READ_ONLY_COMMANDS or (args.command == "prune" and args.dry_run)
+
+
+def require_database(url: str | None = None) -> None:
+    """Raise :class:`BrainError` naming the database looked for when there is none to read
+    at ``url`` (default: ``BRAIN_DATABASE_URL``'s): a read creates nothing."""
+    from brain.store.urls import default_url, missing_database
+
+    problem = missing_database(url or default_url())
+    if problem:
+        raise BrainError(problem)
 
 
 def sqlite_file(url: str) -> str | None:

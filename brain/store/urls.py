@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
 _PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "sslkey_password")
@@ -65,6 +66,61 @@ def sqlite_file(url: str) -> SqliteFile:
     if not database or database == ":memory:":
         return SqliteFile(":memory:", database, False)
     return SqliteFile(os.path.abspath(database), database, False)
+
+
+def shown_database(url: str) -> str:
+    """The database as a person looks for it: a SQLite file's absolute path, else the URL
+    with any password shown as ``***``."""
+    if (driver_name(url) or "").split("+")[0] == "sqlite":
+        target = sqlite_file(url)
+        if not target.uri and not target.memory:
+            return target.filename
+    return redact_url(url)
+
+
+def missing_database(url: str) -> str | None:
+    """Why a command that only reads finds no database at ``url``, naming the file it looked
+    for; ``None`` when there is one to read.
+
+    Only a SQLite file can be missing this way: opening one creates it (and its tables),
+    which a read must not. The file is looked at read-only. A file that is not a database,
+    or cannot be read, is left for the store's own open to explain. A PostgreSQL database
+    is never created by opening it (one without tables is refused there, named).
+    """
+    if (driver_name(url) or "").split("+")[0] != "sqlite":
+        return None
+    target = sqlite_file(url)
+    if target.uri or target.memory:
+        return None
+    where = "BRAIN_DATABASE_URL" if os.environ.get("BRAIN_DATABASE_URL") else \
+        "the default: brain.db in the current folder; BRAIN_DATABASE_URL names another"
+    if not os.path.lexists(target.filename):
+        folder = os.path.dirname(target.filename)
+        missing = "" if os.path.isdir(folder) else f"; the folder {folder} does not exist"
+        return (f"no database at {target.filename} ({where}{missing}): nothing to read, and "
+                f"nothing was created")
+    if _holds_no_tables(target.filename):
+        return (f"{target.filename} holds no Brain database yet ({where}): nothing to read, "
+                f"and nothing was created")
+    return None
+
+
+def _holds_no_tables(path: str) -> bool:
+    """Whether the SQLite file at ``path`` is an empty database (no schema revision),
+    read through a read-only connection; ``False`` when it cannot be told."""
+    try:
+        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return False
+    try:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.OperationalError as exc:
+        return "no such table" in str(exc)
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    return row is None or row[0] is None
 
 
 def redact_url(url: str) -> str:

@@ -120,6 +120,12 @@ def runs_json(brain_cmd: list[str], *args: str) -> list[dict]:
     return json.loads(proc.stdout)
 
 
+def nothing_recorded(brain_cmd: list[str]) -> bool:
+    """Not even a database was created: ``brain runs`` (which creates none) says so, exit 2."""
+    proc = brain(brain_cmd, "runs", "--json")
+    return proc.returncode == 2 and "no database at" in proc.stderr and proc.stdout == ""
+
+
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
@@ -184,7 +190,7 @@ def test_run_several_workflows_without_name_lists_them(tmp_path: Path, brain_cmd
     assert "greet" in proc.stderr and "other" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
-    assert runs_json(brain_cmd) == []
+    assert nothing_recorded(brain_cmd)
 
 
 def test_run_unknown_workflow_name_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
@@ -260,7 +266,7 @@ def test_broken_file_is_one_clear_line_and_exit_2(tmp_path: Path, brain_cmd: lis
         assert len(lines) == 1, f"brain {command}: expected one error line, got {lines!r}"
         assert str(bad) in lines[0], command
         assert problem in lines[0], command
-    assert runs_json(brain_cmd) == []  # nothing was recorded
+    assert nothing_recorded(brain_cmd)
 
 
 def test_missing_file_exit_2(tmp_path: Path, brain_cmd: list[str]) -> None:
