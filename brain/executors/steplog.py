@@ -8,6 +8,16 @@ until the next take, and of those only the last :data:`TAIL_BYTES` (plus a margi
 once the head is full, so a step printing 100 MB costs a byte count per chunk. Lines
 are made, decoded and scrubbed at take time, at most a few hundred KiB a time.
 
+A base64 (or hex) text wrapped into lines may be printed across two takes: its lines
+taken first would be scrubbed apart from the rest, and a secret encoded across the two
+would be scrubbed in neither. So the last lines of a take that may go on as such a text
+(see :func:`_may_go_on`) are held back, already scrubbed, and scrubbed again with what
+follows them; if nothing follows by the next take, they go out then, scrubbed by the
+rule for a part of a run (:func:`brain._secrets.scrub_part`). A line is so held for one
+take at most (half a second): only a program that pauses in the middle of printing an
+encoded secret can split it, and then each part shows at most 10 bytes of the secret at
+each of its ends.
+
 Thread-safe: a ``@step`` function's threads print into the same log as the loop reads.
 """
 
@@ -20,7 +30,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from brain._secrets import longest, scrub
+from brain._secrets import longest, scrub, scrub_part
 from brain.results import LogBatch, LogLine
 
 #: The first bytes of a step's log, always kept.
@@ -31,6 +41,24 @@ TAIL_BYTES = 64 * 1024
 LINE_CHARS = 16 * 1024
 
 _Chunk = tuple[str, float, bytes]
+_RUN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
+
+
+def _may_go_on(lines: list[str], margin: int) -> int:
+    """How many of the last ``lines`` to hold back (see the module): those that end in a
+    base64 character (a run the next line may go on with), back to one that is not all
+    base64 (where such a run may begin after a prefix: ``Basic dXNl``), and no more than
+    needed to cover the last ``margin`` characters."""
+    held = size = 0
+    for line in reversed(lines):
+        bare = line.rstrip("\r")
+        if not bare or bare[-1] not in _RUN_CHARS or size >= margin:
+            break
+        held += 1
+        size += len(line) + 1
+        if not _RUN_CHARS.issuperset(bare):
+            break
+    return held
 
 
 def _size(text: str) -> int:
@@ -68,6 +96,8 @@ class StepLog:
         self._decoders: dict[str, codecs.IncrementalDecoder] = {}
         #: Each stream's unfinished line: when it began, its text, whether it began in the head.
         self._carry: dict[str, tuple[float, str, bool]] = {}
+        #: Each stream's last lines held back (see the module), scrubbed: as ``_carry``.
+        self._held: dict[str, tuple[float, str, bool]] = {}
         self._cut: set[str] = set()  # streams whose next bytes begin mid-line (dropped before)
         self._skip: dict[str, int] = {}  # characters still to drop after such a gap
         self._note_seq: int | None = None
@@ -135,6 +165,9 @@ class StepLog:
         ended; unfinished lines are ended too."""
         with self._lock:
             self.fed_since_take = False
+            fresh = {chunk[0] for chunk in self._head} | {chunk[0] for chunk in self._chunks}
+            for stream in [s for s in self._held if s not in fresh and not final]:
+                self._let_out(stream)  # held for a take already, nothing came after
             for chunk in self._head:
                 self._make_lines(*chunk, head=True)
             self._head.clear()
@@ -149,6 +182,7 @@ class StepLog:
                 self._end_lines()
             batch = LogBatch(tuple(self._batch.values()), self._drop, self._note(), progress)
             self._batch, self._drop = {}, None
+            self.fed_since_take = self.fed_since_take or bool(self._held)  # out next take
             return batch
 
     # --- inside the lock -----------------------------------------------------------------
@@ -187,11 +221,18 @@ class StepLog:
         carried = self._carry.pop(stream, None)
         if carried is not None:
             t, text, head = carried[0], carried[1] + text, carried[2]
+        held = self._held.pop(stream, None)
+        if held is not None:
+            t, text, head = held[0], held[1] + "\n" + text, held[2]
         ended, newline, rest = text.rpartition("\n")
-        if newline:
-            for line in (scrub(ended, self.secrets) or "").split("\n"):
-                self._add_line(stream, t, line, head=head)
         margin = longest()
+        if newline:
+            lines = (scrub(ended, self.secrets) or "").split("\n")
+            hold = _may_go_on(lines, margin) if margin else 0
+            for line in lines[:len(lines) - hold]:
+                self._add_line(stream, t, line, head=head)
+            if hold:
+                self._held[stream] = (t, "\n".join(lines[-hold:]), head)
         if len(rest) > LINE_CHARS + margin:
             # A line too long to wait for its end goes out in pieces: scrubbed whole first,
             # and its last characters held back, where a secret still being written may
@@ -213,13 +254,19 @@ class StepLog:
         dropped. Scrubbing only shortens, so each half lies within :func:`longest`
         characters of the gap once the whole secrets are scrubbed."""
         margin = longest()
+        self._hold_with_carry(stream)
         held = self._carry.pop(stream, None)
         if held is not None:
             start = scrub(held[1], self.secrets) or ""
             kept = start[:max(len(start) - margin, 0)]
-            self._count_dropped(0, len(start) - len(kept))
-            if kept:
-                self._add_line(stream, held[0], kept, head=held[2])
+            lines = kept.split("\n")
+            if not lines[-1]:  # ends with a whole line: no piece of the next one kept
+                lines.pop()
+            # Lines wholly dropped: the line breaks gone, less one for a line whose start is kept.
+            whole = start.count("\n", len(kept)) - (1 if kept and not kept.endswith("\n") else 0)
+            self._count_dropped(max(whole, 0), len(start) - len(kept))
+            for line in lines:
+                self._add_line(stream, held[0], line, head=held[2])
         self._skip[stream] = margin
         return text
 
@@ -228,7 +275,7 @@ class StepLog:
         however few characters each write brings."""
         skip = self._skip.pop(stream)
         gone = min(skip, len(text))
-        self._count_dropped(0, gone)
+        self._count_dropped(text.count("\n", 0, gone), gone)
         if skip > gone:
             self._skip[stream] = skip - gone
         return text[gone:]
@@ -244,9 +291,30 @@ class StepLog:
                 self._carry[stream] = (carried[0] if carried else self.seconds(),
                                        (carried[1] if carried else "") + rest,
                                        carried[2] if carried else False)
+        for stream in list(self._held):
+            self._hold_with_carry(stream)
         for stream, (t, text, head) in sorted(self._carry.items()):
-            self._add_line(stream, t, scrub(text, self.secrets) or "", head=head)
+            lines = (scrub(text, self.secrets) or "").split("\n")
+            if len(lines) > 1 and not lines[-1]:  # held lines, and no unfinished one
+                lines.pop()
+            for line in lines:
+                self._add_line(stream, t, line, head=head)
         self._carry.clear()
+
+    def _hold_with_carry(self, stream: str) -> None:
+        """The stream's held lines put before its unfinished line, as one carried text."""
+        held = self._held.pop(stream, None)
+        if held is None:
+            return
+        carried = self._carry.get(stream)
+        text = held[1] + "\n" + (carried[1] if carried else "")  # held lines are whole
+        self._carry[stream] = (held[0], text, held[2])
+
+    def _let_out(self, stream: str) -> None:
+        """The stream's held lines, out: nothing followed them for a take."""
+        t, text, head = self._held.pop(stream)
+        for line in (scrub_part(text, self.secrets) or "").split("\n"):
+            self._add_line(stream, t, line, head=head)
 
     def _add_line(self, stream: str, t: float, text: str, *, head: bool) -> None:
         """Add a line (in pieces if long): to the head while it is ``head``'s and the head

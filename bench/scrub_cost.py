@@ -1,0 +1,87 @@
+"""What scrubbing costs: ``scrub()`` of a 1 MiB output, with 20 known secrets, for text
+without base64 (log lines) and with it (a wrapped base64 dump, one holding a secret), in
+this checkout and, with ``--before REV``, in the ``brain/_secrets.py`` of a git revision.
+
+    .venv/bin/python bench/scrub_cost.py [--before HEAD~1] [--repeat 5]
+
+Prints the best of ``--repeat`` runs in milliseconds (the machine is shared: the best
+run is the least disturbed one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib.util
+import random
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+
+
+def _module(revision: str | None) -> ModuleType:
+    """``brain._secrets`` as in this checkout, or as in ``revision``."""
+    if revision is None:
+        sys.path.insert(0, str(ROOT))
+        import brain._secrets as current
+
+        return current
+    source = subprocess.run(["git", "show", f"{revision}:brain/_secrets.py"], cwd=ROOT,
+                            check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "secrets_before.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("secrets_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _texts(secrets: list[str]) -> dict[str, str]:
+    """The outputs scrubbed: ~1 MiB each."""
+    rng = random.Random(7)
+    words = ["GET", "/api/v1/items", "200", "in", "12.5ms", "user_id=48213", "ok", "the",
+             "2024-05-01T10:00:00Z", "INFO", "worker-3", "/usr/lib/python3/site-packages"]
+    lines, size = [], 0
+    while size < MIB:
+        line = " ".join(rng.choice(words) for _ in range(10))
+        lines.append(line)
+        size += len(line) + 1
+    dump = base64.encodebytes(rng.randbytes(MIB * 3 // 4)).decode()
+    inside = dump[:MIB // 2] + base64.encodebytes(
+        b"user:" + secrets[0].encode() + rng.randbytes(MIB // 3)).decode()
+    return {"log lines, no base64": "\n".join(lines), "base64 dump, no secret": dump,
+            "base64 dump, a secret inside": inside[:MIB]}
+
+
+def main() -> None:
+    """Print the cost of scrubbing each text."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", help="a git revision to compare with")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    rng = random.Random(3)
+    secrets = ["".join(rng.choice(string.ascii_letters + string.digits) for _ in range(40))
+               for _ in range(20)]
+    for label, revision in [("now", None)] + ([(args.before, args.before)] if args.before else []):
+        module = _module(revision)
+        for value in secrets:
+            module.remember(value)
+        for name, text in _texts(secrets).items():
+            best = float("inf")
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                module.scrub(text)
+                best = min(best, time.perf_counter() - t0)
+            print(f"{label:>8}  {name:<30} {len(text) / MIB:.2f} MiB  {best * 1000:7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
