@@ -21,9 +21,17 @@ from pydantic import SecretStr
 from brain._errors import StepFailed
 from brain._secrets import MIN_SECRET_LENGTH, longest, remember, scrub
 from brain.dsl.model import LlmStepSpec, SecretRef
-from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
+from brain.executors.base import (
+    REDACTED,
+    PreparedStep,
+    Resolve,
+    StepContext,
+    StepOutput,
+    read_secret,
+    tail_margin,
+)
 from brain.executors.llm_schema import (
-    checked_answer,
+    checked_answer_apart,
     json_object_form,
     reask_text,
     refuses_json_schema,
@@ -231,20 +239,25 @@ class LlmExecutor:
         """Send the request; return ``choices[0].message.content``.
 
         With a schema, the output is the validated answer's compact JSON; an answer that
-        does not match is shown its error and asked once more (in this same try).
+        does not match is shown its error and asked once more (in this same try). A try that
+        fails after an answer (it does not match, or the step times out while checking it)
+        keeps the last answer as its output.
         """
         body: dict[str, Any] = prepared.payload["body"]
         content = await self._ask(prepared.payload, body, ctx.log)
         if spec.output_schema is None:
             return StepOutput(output=content)
-        output, reason = checked_answer(spec, content)
+        prepared.output = _kept(content, spec.max_output_bytes)  # if the try ends here
+        output, reason = await _checked(spec, content, ctx.log)
         if output is None:
             messages = [*body["messages"], {"role": "assistant", "content": content},
                         {"role": "user", "content": reask_text(reason)}]
             content = await self._ask(prepared.payload, {**body, "messages": messages}, ctx.log)
-            output, reason = checked_answer(spec, content)
-        if output is None:
-            raise StepFailed(f"answer does not match the schema: {reason}", retryable=False)
+            prepared.output = _kept(content, spec.max_output_bytes)
+            output, reason = await _checked(spec, content, ctx.log)
+        if output is None:  # the last answer is kept, as a failed shell step keeps its stdout
+            raise StepFailed(f"answer does not match the schema: {reason}", retryable=False,
+                             output=prepared.output)
         return StepOutput(output=output)
 
     async def _ask(self, payload: dict[str, Any], body: dict[str, Any],
@@ -328,6 +341,29 @@ class LlmExecutor:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+async def _checked(spec: LlmStepSpec, content: str,
+                   log: StepLog | None) -> tuple[str | None, str]:
+    """:func:`checked_answer_apart`, with a line of the log when the step ends meanwhile
+    (its timeout or a cancel), so that the log says what it was doing."""
+    import asyncio
+
+    try:
+        return await checked_answer_apart(spec, content)
+    except asyncio.CancelledError:
+        if log is not None:
+            log.say("stopped while checking the answer against the schema")
+        raise
+
+
+def _kept(content: str, max_output_bytes: int) -> str:
+    """An answer as a failed try keeps it: at most ``max_output_bytes``, secrets scrubbed
+    before the cut (no piece of one is left), the rest again when the runner stores it."""
+    if len(content) * 4 <= max_output_bytes:  # short enough whatever its characters
+        return content
+    text = scrub(content[:max_output_bytes + tail_margin()]) or ""
+    return text.encode("utf-8")[:max_output_bytes].decode("utf-8", errors="ignore")
 
 
 @cache

@@ -2,26 +2,28 @@
 answer matches the step's schema, and what asks the model again when it does not.
 
 A pydantic model validates with pydantic; a JSON Schema dict with ``jsonschema``
-(imported only when such a step runs). ``brain.testing`` checks mocks with the same
-:func:`checked_answer`, so a mock and a real answer are held to one rule.
+(imported only when such a step runs), a model's answer in a child process
+(``llm_schema_check``: no answer can hold the event loop). ``brain.testing`` checks mocks
+with :func:`checked_answer`, in-process by the same rule, so a mock and a real answer are
+held to one rule.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from brain._errors import StepFailed
-from brain._secrets import scrub
+from brain._secrets import longest, scrub
 from brain.dsl.model import LlmStepSpec
+from brain.executors.llm_schema_check import CheckTookTooLong, check_apart, verdict
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
 
 #: How much of a validation error is sent back to the model and stored with a failure.
 REASON_CHARS = 300
-#: Validators of the JSON Schema dicts seen, by ``id`` of the dict (kept, so the id stays its).
-_validators: dict[int, tuple[dict[str, Any], Any]] = {}
+#: How long checking an answer may take in a step with no timeout (``timeout_seconds=None``).
+UNTIMED_CHECK_SECONDS = 600
 
 
 def response_format(spec: LlmStepSpec) -> dict[str, Any]:
@@ -61,12 +63,15 @@ def reask_text(reason: str) -> str:
             f"with only a JSON value that is valid against the schema, nothing else.")
 
 
-def short(text: str) -> str:
-    """``text`` scrubbed of secrets, on one line, cut to :data:`REASON_CHARS`."""
+def short(text: str, *, cut: bool = False) -> str:
+    """``text`` scrubbed of secrets, on one line, cut to :data:`REASON_CHARS`. ``cut``:
+    ``text`` is the start of a longer one (its end may be the start of a secret)."""
     # Scrubbed before its whitespace is folded (a secret may hold a newline) and after
     # (folding may join a secret's words), then cut (cutting scrubbed text leaves nothing).
     text = scrub(" ".join((scrub(text) or "").split())) or ""
-    return text[:REASON_CHARS] + ("…" if len(text) > REASON_CHARS else "")
+    if cut:  # the start of a secret the first cut split would be at the end: dropped
+        text = text[:max(len(text) - longest(), 0)]
+    return text[:REASON_CHARS] + ("…" if cut or len(text) > REASON_CHARS else "")
 
 
 def _check_model(model: type[BaseModel], text: str) -> tuple[str | None, str]:
@@ -90,37 +95,27 @@ def _pydantic_reason(exc: ValidationError) -> str:
     return short(reason)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _check_schema(schema: dict[str, Any], text: str) -> tuple[str | None, str]:
+    output, reason, broken = verdict(schema, text)
+    if broken:  # a $ref that cannot be resolved, say: no answer could pass
+        raise StepFailed(f"the schema cannot be checked: {short(reason)}", retryable=False)
+    return output, short(reason) if output is None else ""
+
+
+async def checked_answer_apart(spec: LlmStepSpec, text: str) -> tuple[str | None, str]:
+    """:func:`checked_answer` of an answer from a model: a JSON Schema dict is checked in a
+    child process (``llm_schema_check``), ended after the step's ``timeout_seconds`` (or
+    :data:`UNTIMED_CHECK_SECONDS`) at the latest, so that no answer holds the event loop; a
+    pydantic model in-process (its patterns run on a linear-time engine)."""
+    if spec.schema_model is not None:
+        return _check_model(spec.schema_model, text)
+    assert spec.output_schema is not None, "checked_answer_apart needs a step with a schema"
     try:
-        # NaN and Infinity are not JSON: the output must be JSON any reader can parse.
-        value = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:  # JSONDecodeError included
-        return None, short(f"the answer is not JSON ({exc})")
-    from jsonschema.exceptions import best_match
-
-    try:
-        error = best_match(_validator(schema).iter_errors(value))
-    except Exception as exc:  # a $ref that cannot be resolved, say: no answer could pass
-        raise StepFailed(f"the schema cannot be checked: {short(str(exc))}",
-                         retryable=False) from None
-    if error is not None:
-        path = error.json_path
-        return None, short(error.message + (f" at {path}" if path != "$" else ""))
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False), ""
-
-
-def _validator(schema: dict[str, Any]) -> Any:
-    cached = _validators.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    from jsonschema.validators import validator_for
-
-    validator = validator_for(schema)(schema)
-    if len(_validators) >= 256:  # workflows redefined over and over: keep the newest
-        _validators.clear()
-    _validators[id(schema)] = (schema, validator)
-    return validator
+        output, reason, broken, cut = await check_apart(
+            spec.output_schema, text, spec.timeout_seconds or UNTIMED_CHECK_SECONDS)
+    except CheckTookTooLong as exc:
+        raise StepFailed(str(exc), retryable=False) from None
+    if broken:
+        raise StepFailed(f"the schema cannot be checked: {short(reason, cut=cut)}",
+                         retryable=False)
+    return output, short(reason, cut=cut) if output is None else ""
