@@ -366,7 +366,7 @@ def _only_adding(value: str) -> Iterator[None]:
     """Remember ``value`` for the block only (hypothesis examples share one test)."""
     from brain import _secrets
 
-    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given")}
+    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given", "_encoded")}
     _secrets.remember(value)
     try:
         yield
