@@ -38,7 +38,7 @@ from brain.server.access import ServiceAccess, provide_access
 from brain.server.bodies import workflow_summary
 from brain.server.console import deciding, labels, usage, waits
 from brain.server.console.rendering import allowed, render, run_seconds
-from brain.server.console.timeline import timeline, took
+from brain.server.console.timeline import kept_step, timeline, took
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -137,6 +137,7 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
                   inputs=lambda name: json.dumps(run.steps[name].inputs, indent=2,
                                                  ensure_ascii=False),
                   is_instance=lambda name: base_name(name) != name,
+                  kept=lambda name: kept_step(run, run.steps[name]),
                   tokens=usage.total_tokens(run.steps.values()),
                   step_tokens=lambda name: usage.tokens(run.steps[name]),
                   progress=lambda name: usage.progress(run.steps[name]),

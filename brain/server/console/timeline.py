@@ -6,6 +6,11 @@ read differently at a glance. The axis runs from the run's start to a round time
 after its end (or now), in at most five equal intervals, so the stylesheet can draw
 the grid (``ticks-N``) with no markup per lane. Positions are percentages, drawn by the
 template as SVG attributes (the page's CSP forbids inline styles).
+
+A retry keeps the steps that succeeded in the run it retries, with their times from
+then (SPEC §13). Drawn on this run's axis they would stretch it back to the earlier run,
+and squeeze this run's own work into a sliver: so a kept step's lane has no bar, only
+``kept`` and how long it took back then, and the axis spans this run's own work.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from brain.results import RunResult, base_name
+from brain.results import RunResult, StepResult, StepStatus, base_name
 
 #: Tick spacings to choose from, in seconds (the smallest giving at most MAX_TICKS ticks).
 _STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120,
@@ -32,6 +37,8 @@ class Lane:
     left: float | None
     width: float | None
     note: str
+    #: Kept from the run this one retries (it did not run here): drawn without a bar.
+    kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,11 +101,22 @@ def ticks(span: float) -> list[Tick]:
             for k in range(intervals + 1)]
 
 
+def kept_step(run: RunResult, step: StepResult) -> bool:
+    """Whether ``step`` of a retry was kept from the run it retries (SPEC §13): it succeeded
+    there and was copied as it ended, before this run was created, so it ended before that;
+    every step this run executes itself starts after it was created."""
+    return (run.retry_of is not None and run.created_at is not None
+            and step.status == StepStatus.SUCCEEDED and step.ended_at is not None
+            and step.ended_at <= run.created_at)
+
+
 def timeline(run: RunResult, now: datetime) -> Timeline:
-    """The lanes of ``run``'s steps (call order) and the axis, as of ``now``."""
+    """The lanes of ``run``'s steps (call order) and the axis, as of ``now``: the axis spans
+    this run's own work (a retry's kept steps are drawn apart, see the module)."""
+    kept = {name for name, step in run.steps.items() if kept_step(run, step)}
     start = run.started_at or run.created_at or now
     end = run.ended_at or now
-    starts = [s.started_at for s in run.steps.values() if s.started_at]
+    starts = [s.started_at for n, s in run.steps.items() if s.started_at and n not in kept]
     start = min([start, *starts])
     elapsed = max((end - start).total_seconds(), 0.001)
     interval, count = _axis(elapsed)
@@ -107,6 +125,12 @@ def timeline(run: RunResult, now: datetime) -> Timeline:
     for name, step in run.steps.items():
         status = str(step.status)
         instance = base_name(name) != name
+        if name in kept:
+            ran = step.started_at and step.ended_at and took(
+                (step.ended_at - step.started_at).total_seconds())
+            lanes.append(Lane(name, status, instance, None, None,
+                              f"kept · {ran}" if ran else "kept", kept=True))
+            continue
         if step.started_at is None:
             lanes.append(Lane(name, status, instance, None, None, status))
             continue

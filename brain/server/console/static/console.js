@@ -97,6 +97,7 @@ function swapSteps(fresh) {
       }
       const status = theirs.dataset.status;
       if ((status === "failed" || status === "waiting") && mine.dataset.status !== status) mine.open = true;
+      if (mine.dataset.status !== status) decisionDone(mine);
       mine.dataset.status = theirs.dataset.status;
     }
     before = mine;
@@ -109,6 +110,15 @@ function typing(mine, theirs) {
   const box = mine.querySelector("form.decide textarea");
   return !!box && !!theirs.querySelector("form.decide") &&
     (box.value !== "" || document.activeElement === box);
+}
+
+// "Approved: the run goes on." is true while the step still waits for its run to go on;
+// once the page shows the step moved on, its Decision field (the server's) says what was
+// decided, and the run's status what came of it: the notice goes. A refusal ("Not
+// decided: ...") stays, as it says what became of the click.
+function decisionDone(step) {
+  const out = step.querySelector("output.decide-result");
+  if (out && !out.classList.contains("failed")) out.textContent = "";
 }
 
 function swapButtons(root, fresh) {
@@ -179,7 +189,8 @@ function livePage() {
   if (!root) return;
   const runId = root.dataset.run;
   const result = root.querySelector(".actions output");
-  const logs = stepLogs(root, runId);
+  // (a page that no longer follows its run has drawn its end already: nothing to redraw)
+  const logs = stepLogs(root, runId, () => { if (root.dataset.active === "yes") refreshRun(); });
   runButtons(root, runId, result);
   logs.sync();
   if (root.dataset.active !== "yes") return;
@@ -256,7 +267,9 @@ function decisionForms() {
       })
       .then((data) => {
         box.value = "";
-        tell((data.approved ? "Approved" : "Rejected") + ": the run goes on.", false);
+        // (the page may have shown the step go on already, before this answer came)
+        const said = (data.approved ? "Approved" : "Rejected") + ": the run goes on.";
+        tell(!step || step.dataset.status === "waiting" ? said : "", false);
         refreshRun();
       })
       .catch((err) => {

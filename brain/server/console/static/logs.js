@@ -13,13 +13,24 @@ const MAX_LINES = 5000;
 
 // The log panel of one step (docs/logs.md): the stored lines of an ended step, fetched
 // once; the lines of a running step as they come, from its ?follow=true stream.
+//
+// Two things tell of a step's end: its log (the stream's "end", or a read that finds it
+// ended) and the page (redrawn from the server when the run's events say so). They come
+// apart: the log's end may come seconds before the page hears of it, and a page drawn a
+// moment ago may show a step ended that has run again since (a later try, after its
+// executor was lost). So the panel says "ended" only when both agree: its lines are all
+// in and the page shows the step ended. Until the page does, the panel asks it to redraw
+// (onEnd), and when the page shows the step running again, the panel follows it again.
 class LogPanel {
-  constructor(details, runId, following) {
+  constructor(details, runId, following, onEnd) {
     const section = details.querySelector("section.log");
     this.url = "/api/runs/" + runId + "/steps/" + encodeURIComponent(details.dataset.step) + "/log";
     this.pre = section.querySelector("pre.lines");
     this.stateEl = section.querySelector(".log-state");
     this.following = following;  // the panels of the page that hold a stream open
+    this.onEnd = onEnd;          // asks the page to redraw (it shows the step's status)
+    this.status = "";            // the step's status as the page shows it
+    this.endedAs = "";           // the status the log ended with
     this.next = 0;               // the seq of the last line shown
     this.source = null;
     this.timer = null;
@@ -41,9 +52,14 @@ class LogPanel {
     this.stateEl.textContent = live && !this.stick ? note + " · scroll to the end to follow" : note;
   }
 
-  // Called when the panel is opened or its step changed status.
+  // Called when the panel is opened or the page was redrawn (status: as the page shows it).
   update(status) {
-    if (this.source || this.timer || this.busy || this.done || this.broken) return;
+    this.status = status;
+    if (this.done && !ENDED.includes(status)) {
+      this.done = false;  // it runs again (a later try), or the log was ahead: look again
+    }
+    if (this.done) { this.settle(); return; }
+    if (this.source || this.timer || this.busy || this.broken) return;
     if (status === "pending" || status === "queued") this.say("not started yet");
     else if (status === "waiting") this.say("waiting: no lines until it goes on");
     else if (ENDED.includes(status)) this.loadOnce();
@@ -81,9 +97,11 @@ class LogPanel {
   loadOnce() {
     this.busy = true;
     this.say("loading…");
-    this.load().then((data) => this.ended(data.status))
-      .catch((err) => { this.broken = true; this.say(err.message); })
-      .finally(() => { this.busy = false; });
+    this.load().then((data) => {
+      this.busy = false;
+      // The page's drawing was older than the log: the step has not ended after all.
+      if (ENDED.includes(data.status)) this.ended(data.status); else this.update(data.status);
+    }).catch((err) => { this.busy = false; this.broken = true; this.say(err.message); });
   }
 
   follow() {
@@ -112,10 +130,20 @@ class LogPanel {
     }, POLL_MS);
   }
 
+  // The log says the step has ended (and every line of it is shown).
   ended(status) {
     this.stop();
     this.done = true;
-    this.say(this.pre.childElementCount ? "ended" + (status ? " (" + status + ")" : "") : "no lines");
+    this.endedAs = status || "";
+    if (!ENDED.includes(this.status)) this.onEnd();  // the page has not heard of it yet
+    this.settle();
+  }
+
+  // "ended" once the page shows the step ended too; until then the panel says what it said.
+  settle() {
+    if (!ENDED.includes(this.status)) return;
+    const status = ENDED.includes(this.endedAs) ? this.endedAs : this.status;
+    this.say(this.pre.childElementCount ? "ended (" + status + ")" : "no lines");
   }
 
   stop() {
@@ -127,15 +155,16 @@ class LogPanel {
   }
 }
 
-// The log panels of a run page: live while their step is open, closed with it.
-function stepLogs(root, runId) {
+// The log panels of a run page: live while their step is open, closed with it. onEnd asks
+// the page to redraw (a step's log ended before the page showed the step's end).
+function stepLogs(root, runId, onEnd) {
   const panels = new Map();
   const following = new Set();
   const update = (details) => {
     const name = details.dataset.step;
     let panel = panels.get(name);
     if (!details.open) { if (panel) panel.stop(); return; }
-    if (!panel) { panel = new LogPanel(details, runId, following); panels.set(name, panel); }
+    if (!panel) { panel = new LogPanel(details, runId, following, onEnd); panels.set(name, panel); }
     panel.update(details.dataset.status);
   };
   // "toggle" does not bubble: listen on the way down.
