@@ -82,13 +82,14 @@ class McpExecutor:
             if live is None or live.ended:
                 if live is not None:
                     self._retired.append(live)  # ended at the run's end, with the others
-                live = self._shared[key] = LiveSession(_server(payload, ctx))
+                live = self._shared[key] = LiveSession(_server(spec, payload, ctx))
+            live.server.expect_output(spec.max_output_bytes)
             try:
                 return await live.call(spec.tool, payload["args"], ctx)
             except StepFailed as exc:
                 prepared.stderr = exc.stderr
                 raise
-        live = LiveSession(_server(payload, ctx))
+        live = LiveSession(_server(spec, payload, ctx))
         try:
             result = await live.call(spec.tool, payload["args"], ctx)
         except BaseException:
@@ -105,13 +106,14 @@ class McpExecutor:
         await asyncio.gather(*(live.close() for live in shared), return_exceptions=True)
 
 
-def _server(payload: dict[str, Any], ctx: StepContext) -> Server:
-    """Where a step's session goes."""
+def _server(spec: McpStepSpec, payload: dict[str, Any], ctx: StepContext) -> Server:
+    """Where a step's session goes (over HTTP, answers are read as far as the step's
+    ``max_output_bytes`` needs)."""
     if "url" in payload:
         from brain.executors.mcp_remote import RemoteServer
 
         return RemoteServer(payload["url"], payload["headers"], payload["transport"],
-                            shown=payload["shown"])
+                            shown=payload["shown"], max_output_bytes=spec.max_output_bytes)
     from brain.executors.mcp_stdio import StdioServer
 
     return StdioServer(payload["words"], payload["env"], ctx)

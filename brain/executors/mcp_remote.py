@@ -5,13 +5,22 @@ The SDK turns an HTTP error into a JSON-RPC error that no longer says which stat
 back (or, on SSE, into a log line while the request goes unanswered), so every response
 passes a hook that keeps the first refusal (401, 403) or server error (5xx): the step
 fails with it at once, saying what the server answered.
+
+The same hook keeps memory bounded whatever a server sends: the body of every answer to a
+``POST`` (a JSON answer, or an event stream answering one request) is read as a stream and
+cut at :func:`answer_bound` bytes, and the step fails at once (not retried: it would
+repeat). Answers are asked for uncompressed, and a compressed one is refused, since its
+size would only be known once inflated. The event streams a session listens on (``GET``)
+live as long as the session, so they are bounded event by event instead, by the SDK's own
+limit (the bound for streamable HTTP; the SDK's fixed 1 MiB on the legacy transport).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from brain._errors import StepFailed, innermost
@@ -20,6 +29,21 @@ from brain.executors.llm import shown_endpoint
 #: Seconds to connect, write and wait for a pooled connection (a read may take as long as
 #: the step's timeout allows: the step's timeout covers the whole call).
 CONNECT_SECONDS = 30.0
+#: How many times larger than the step's output the JSON-RPC message carrying it may be:
+#: JSON escapes a control character as six bytes (``\u0001``), and a server may send the
+#: same data twice (a text block and ``structuredContent``).
+ANSWER_FACTOR = 6
+#: Room on top for the message's envelope and what comes with the answer on its event
+#: stream (progress and log notifications), however small ``max_output_bytes`` is.
+ANSWER_MARGIN = 1024 * 1024
+
+
+def answer_bound(max_output_bytes: int) -> int:
+    """The most bytes read of one HTTP answer for a step whose output may be
+    ``max_output_bytes``: ``ANSWER_FACTOR`` times that, plus ``ANSWER_MARGIN`` (7 MiB for
+    the default 1 MiB). An answer within it that still makes too large an output fails
+    afterwards, as any step's output does."""
+    return ANSWER_FACTOR * max_output_bytes + ANSWER_MARGIN
 
 
 def url_problem(url: str) -> str | None:
@@ -43,16 +67,30 @@ class RemoteServer:
     """One session with a server reached over HTTP (see the module)."""
 
     def __init__(self, url: str, headers: dict[str, str], transport: str, *,
-                 shown: str | None = None) -> None:
+                 shown: str | None = None, max_output_bytes: int = 1024 * 1024) -> None:
         self.url = url
         self._shown = shown
         self.headers = headers
         self.kind = transport
+        #: The largest output a step on this session may make (see :meth:`expect_output`).
+        self.max_output_bytes = max_output_bytes
         #: The first refusal or server error a response carried.
         self.status: int | None = None
+        #: Why an answer was not read to its end (too large, compressed).
+        self.cut: StepFailed | None = None
         self._refused = asyncio.Event()
         self.refused: asyncio.Event | None = self._refused
         self.stderr: str | None = None
+
+    def expect_output(self, max_output_bytes: int) -> None:
+        """A step on this session may output up to ``max_output_bytes``: answers are read
+        as far as the largest such step needs (a session shared by a run's steps)."""
+        self.max_output_bytes = max(self.max_output_bytes, max_output_bytes)
+
+    @property
+    def bound(self) -> int:
+        """The most bytes read of one answer (:func:`answer_bound`)."""
+        return answer_bound(self.max_output_bytes)
 
     @property
     def shown(self) -> str:
@@ -70,9 +108,39 @@ class RemoteServer:
         if (code in (401, 403, 404) or code >= 500) and self.status is None:
             self.status = code
             self._refused.set()
+        if response.request.method != "POST":
+            return  # an event stream the session listens on: bounded event by event
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        if coding not in ("", "identity"):
+            raise self._stop_reading(StepFailed(
+                f"the MCP server at {self.shown} sent a compressed answer (Content-Encoding: "
+                f"{coding}) although asked not to: its size cannot be bounded before it is "
+                f"inflated", retryable=False))
+        # The SDK reads a JSON answer whole and logs a read error with its traceback:
+        # stopped by an error of ours, it does neither. The legacy transport's message
+        # POSTs log any error, so there the answer just ends early (it carries nothing).
+        response.stream = _bounded_stream()(response.stream, self.bound, self._too_large,
+                                            raises=self.kind != "sse")
+
+    def _too_large(self) -> StepFailed:
+        """Stop reading an answer larger than the bound: the step fails at once."""
+        return self._stop_reading(StepFailed(
+            f"the MCP server at {self.shown} sent an answer larger than {self.bound} bytes, "
+            f"the most read for max_output_bytes={self.max_output_bytes} (its JSON-RPC "
+            f"message may be {ANSWER_FACTOR} times the output, plus "
+            f"{ANSWER_MARGIN // 1024} KiB); the rest was not read", retryable=False))
+
+    def _stop_reading(self, failure: StepFailed) -> StepFailed:
+        """Keep ``failure`` as the session's and let the step waiting on it fail now."""
+        if self.cut is None:
+            self.cut = failure
+        self._refused.set()
+        return self.cut
 
     def refusal(self) -> StepFailed | None:
-        """The failure a response status says, if one did."""
+        """The failure a response status says, or why an answer was not read, if one did."""
+        if self.cut is not None:
+            return self.cut
         if self.status in (401, 403):
             return StepFailed(f"authentication failed: the MCP server at {self.shown} answered "
                               f"HTTP {self.status}; check bearer= and headers=", retryable=False)
@@ -95,6 +163,11 @@ class RemoteServer:
             self.status = leaf.response.status_code
             return self.refusal() or StepFailed(
                 f"the MCP server at {self.shown} answered HTTP {self.status}", retryable=False)
+        if isinstance(leaf, httpx2.SSEError) and "exceeded" in str(leaf):
+            # The SDK's own limit on one event (the legacy transport's stream).
+            return StepFailed(f"the MCP server at {self.shown} sent an event larger than the "
+                              f"MCP client reads ({leaf}); the rest was not read",
+                              retryable=False)
         if isinstance(leaf, httpx2.TimeoutException):
             return StepFailed(f"timed out talking to the MCP server at {self.shown}")
         if isinstance(leaf, (httpx2.TransportError, OSError)):
@@ -125,6 +198,8 @@ class RemoteServer:
 
         timeout = httpx2.Timeout(CONNECT_SECONDS, read=None)
         hooks = {"response": [self._watch]}
+        headers = {name: value for name, value in self.headers.items()
+                   if name.lower() != "accept-encoding"} | {"Accept-Encoding": "identity"}
         if self.kind == "sse":
             from mcp.client.sse import sse_client
 
@@ -133,14 +208,49 @@ class RemoteServer:
                 return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth,
                                           event_hooks=hooks, trust_env=False)
 
-            async with sse_client(self.url, headers=self.headers, timeout=CONNECT_SECONDS,
+            async with sse_client(self.url, headers=headers, timeout=CONNECT_SECONDS,
                                   sse_read_timeout=24 * 3600.0,
                                   httpx_client_factory=factory) as streams:
                 yield streams
             return
         from mcp.client.streamable_http import streamable_http_client
 
-        async with httpx2.AsyncClient(headers=self.headers, timeout=timeout, event_hooks=hooks,
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks,
                                       trust_env=False) as client, \
-                streamable_http_client(self.url, http_client=client) as streams:
+                streamable_http_client(self.url, http_client=client,
+                                       max_sse_event_size=self.bound) as streams:
             yield streams
+
+
+@functools.cache
+def _bounded_stream() -> type:
+    """The stream type that cuts an answer's body at a bound (made on first use: httpx2 is
+    imported only when a step talks to a server)."""
+    import httpx2
+
+    class BoundedStream(httpx2.AsyncByteStream):
+        """An answer's body, passed on until more than ``bound`` bytes came: then
+        ``too_large()`` is raised (``raises``), or the body just ends there."""
+
+        def __init__(self, inner: Any, bound: int, too_large: Callable[[], StepFailed], *,
+                     raises: bool) -> None:
+            self._inner = inner
+            self._bound = bound
+            self._too_large = too_large
+            self._raises = raises
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            seen = 0
+            async for chunk in self._inner:
+                seen += len(chunk)
+                if seen > self._bound:
+                    failure = self._too_large()
+                    if self._raises:
+                        raise failure
+                    return
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return BoundedStream

@@ -30,11 +30,17 @@ class Server(Protocol):
     """Where a session goes: a server process on stdio or a server reached over HTTP."""
 
     stderr: str | None
-    #: Set when an HTTP response refused the session (401, 403, 5xx); ``None`` on stdio.
+    #: Set when an HTTP response refused the session (401, 403, 5xx) or an answer was not
+    #: read to its end (larger than the step may read); ``None`` on stdio.
     refused: asyncio.Event | None
 
     def refusal(self) -> StepFailed | None:
-        """The failure a refusal says, if one came."""
+        """The failure a refusal (or an answer not read) says, if one came."""
+        ...
+
+    def expect_output(self, max_output_bytes: int) -> None:
+        """A step on this session may output up to ``max_output_bytes`` (how much of an
+        answer is read, over HTTP)."""
         ...
 
     def transport(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:

@@ -65,6 +65,9 @@ class StdioServer:
         """A process has no HTTP status: always ``None``."""
         return None
 
+    def expect_output(self, max_output_bytes: int) -> None:
+        """Nothing to bound here: the SDK reads the server's lines itself."""
+
     @property
     def program(self) -> str:
         """The server's executable, as the workflow names it."""
