@@ -10,7 +10,14 @@ from brain._clock import utcnow
 from brain._errors import StepNotFound
 from brain.results import RunStatus, StepStatus, WaitEnd, WaitTimer, clean_text
 from brain.store.memory_state import MemoryRun, MemoryState, as_json, as_stored
-from brain.store.waits import approval_end, check_approval, key_digest, not_decided, signal_end
+from brain.store.waits import (
+    approval_end,
+    check_approval,
+    key_digest,
+    not_decided,
+    signal_end,
+    signal_key_digests,
+)
 
 
 class MemoryWaits(MemoryState):
@@ -107,14 +114,14 @@ class MemoryWaits(MemoryState):
     async def send_signal(self, signal: str, key: str | None = None, body: str = "", *,
                           by: str = "api") -> list[tuple[str, str]]:
         """End every step waiting for ``signal`` with ``key``."""
-        end = signal_end(signal, key, body, by)
-        digest = key_digest(key)
+        digests: list[str | None] = [None] if key is None else [*signal_key_digests(key)]
         now = utcnow()
         resumed = []
         for run in list(self._runs.values()):
             for step in list(run.steps.values()):
-                if step.kind == "wait_for" and step.signal == signal and step.key == digest \
-                        and self._end_wait(run, step.name, end, now):
+                if step.kind == "wait_for" and step.signal == signal and step.key in digests \
+                        and self._end_wait(run, step.name,
+                                           signal_end(signal, step.waiting_for, body, by), now):
                     resumed.append((run.record.id, step.name))
         return resumed
 

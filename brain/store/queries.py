@@ -176,7 +176,7 @@ def take_due_timers(*, of_run: bool, by_lease_clock: bool) -> str:
 NEXT_TIMER = "SELECT min(due_at) AS due_at FROM brain_timers"
 NEXT_TIMER_OF_RUN = NEXT_TIMER + " WHERE run_id = :run_id"
 WAITING_STEP = "SELECT kind, status, decision FROM brain_steps" + _STEP
-SIGNALLED_STEPS = ("SELECT run_id, name FROM brain_steps WHERE wait_signal = :signal "
+SIGNALLED_STEPS = ("SELECT run_id, name, waiting_for FROM brain_steps WHERE wait_signal = :signal "
                    "AND status = 'waiting' AND kind = 'wait_for'")
 WAITING_KINDS = ("SELECT r.workflow, s.kind, count(DISTINCT r.id) AS n FROM brain_steps AS s "
                  "JOIN brain_runs AS r ON r.id = s.run_id WHERE s.status = 'waiting' "

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import RunConflict, StepNotFound
-from brain._secrets import scrub
+from brain._secrets import REDACTED, scrub
 from brain.results import StepStatus, WaitEnd, WaitTimer, clean_text
 from brain.store import queries
 from brain.store.backend import Connection, UsesBackend, lease_times, utc
@@ -34,14 +35,44 @@ from brain.store.records import check_lease
 DECIDERS = ("console", "cli", "api")
 
 
+#: How a waiting step's key is kept when the run has it as it is: its SHA-256.
+WHOLE_KEY = "sha256:"
+#: How it is kept when the run has it only scrubbed: the SHA-256 of that text, marked.
+SCRUBBED_KEY = "scrubbed-sha256:"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def key_digest(key: str | None) -> str | None:
-    """How a wait's key is kept and matched: the SHA-256 of the key with every known secret
-    scrubbed, on both sides (a key may hold a secret, which no record may keep, and a run's
-    trigger is stored scrubbed, so the key a resumed run resolves is scrubbed too)."""
+    """How a waiting step's key is kept (never the key itself: it may hold a secret, which
+    no record may keep): the SHA-256 of the key as resolved, which only a signal sent with
+    that very key matches.
+
+    A run executed from the store reads its trigger (and its steps' outputs) scrubbed, so
+    a key made of them holds ``***`` where the sender's key holds a secret, and the real
+    key is known to nobody here. Such a key, with the redaction mark and no secret, is kept
+    marked as scrubbed: only a signal whose key holds a secret where it shows ``***``
+    matches it (see :func:`signal_key_digests`), never one that sends the mark itself. (A
+    key meant to hold the text ``***`` is therefore matched by no signal without a secret.)
+    """
     if key is None:
         return None
+    if REDACTED in key and scrub(key) == key:
+        return SCRUBBED_KEY + _sha256(key)
+    return WHOLE_KEY + _sha256(key)
+
+
+def signal_key_digests(key: str) -> list[str]:
+    """The kept keys a signal sent with ``key`` matches: the digest of ``key`` itself, and,
+    when ``key`` holds a secret the process knows, the marked digest of its scrubbed text
+    (the key of a waiting step whose run has it only scrubbed, see :func:`key_digest`)."""
+    digests = [WHOLE_KEY + _sha256(key)]
     shown = scrub(key) or ""
-    return "sha256:" + hashlib.sha256(shown.encode("utf-8", "surrogatepass")).hexdigest()
+    if shown != key:
+        digests.append(SCRUBBED_KEY + _sha256(shown))
+    return digests
 
 
 def approval_end(approved: bool, comment: str | None, by: str) -> WaitEnd:
@@ -51,10 +82,16 @@ def approval_end(approved: bool, comment: str | None, by: str) -> WaitEnd:
     return WaitEnd(StepStatus.SUCCEEDED.value, "true" if approved else "false", decision)
 
 
-def signal_end(signal: str, key: str | None, body: str, by: str) -> WaitEnd:
-    """How a signal ends a ``wait_for`` step: the body (scrubbed) as its output."""
+def signal_end(signal: str, waiting_for: Mapping[str, Any] | None, body: str,
+               by: str) -> WaitEnd:
+    """How a signal ends a ``wait_for`` step: the body (scrubbed) as its output. The key in
+    its decision is the step's own, as it shows it (``waiting_for``): the sender's key is
+    the same but in clear, and the process that got the signal (``brain signal``) may not
+    know the secret it holds to scrub it."""
+    key = (waiting_for or {}).get("key")
     return WaitEnd(StepStatus.SUCCEEDED.value, scrub(body) or "",
-                   {"signal": signal, "key": scrub(key), "by": by})
+                   {"signal": signal, "key": scrub(key if isinstance(key, str) else None),
+                    "by": by})
 
 
 def check_approval(run_id: str, step: str, kind: str) -> None:
@@ -191,19 +228,26 @@ class StepWaits(UsesBackend):
                           by: str = "api") -> list[tuple[str, str]]:
         """End every step waiting for ``signal`` with ``key`` (``None`` matches steps that
         wait for a signal without one), its output ``body``, in one commit; their
-        ``(run id, step)``."""
-        sql = queries.SIGNALLED_STEPS + (" AND wait_key IS NULL" if key is None
-                                         else " AND wait_key = :key")
-        end = signal_end(signal, key, body, by)
+        ``(run id, step)``. Keys are matched by digest (see :func:`key_digest`)."""
+        params: dict[str, Any] = {"signal": signal}
+        if key is None:
+            sql = queries.SIGNALLED_STEPS + " AND wait_key IS NULL"
+        else:
+            digests = signal_key_digests(key)
+            params.update((f"key{i}", d) for i, d in enumerate(digests))
+            sql = queries.SIGNALLED_STEPS + " AND wait_key IN (" + ", ".join(
+                f":key{i}" for i in range(len(digests))) + ")"
         now = utcnow()
 
         def job(conn: Connection) -> list[tuple[str, str]]:
-            matched = sorted((r["run_id"], r["name"]) for r in
-                             conn.read(sql, {"signal": signal, "key": key_digest(key)}))
-            for run_id, name in matched:  # every timer first (see the module)
+            matched = sorted((r["run_id"], r["name"], r["waiting_for"])
+                             for r in conn.read(sql, params))
+            for run_id, name, _ in matched:  # every timer first (see the module)
                 conn.write(queries.DROP_TIMER, {"run_id": run_id, "name": name})
-            return [(run_id, name) for run_id, name in matched
-                    if end_wait(conn, run_id, name, end, now, timer_taken=True)]
+            return [(run_id, name) for run_id, name, waiting_for in matched
+                    if end_wait(conn, run_id, name,
+                                signal_end(signal, json.loads(waiting_for or "{}"), body, by),
+                                now, timer_taken=True)]
 
         return await self.db.atomically(job)
 
