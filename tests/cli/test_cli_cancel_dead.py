@@ -25,7 +25,7 @@ LONG = """
 
     @workflow
     def longrun():
-        shell("before", command="echo start")
+        shell("before", command="echo start; sleep 1")
         shell("wait", command="echo $$ > step.pid; sleep 60", timeout_seconds=120)
         shell("after", command="echo done")
 """
@@ -44,9 +44,12 @@ def test_cancel_a_run_whose_process_was_killed(tmp_path: Path, brain_cmd: list[s
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pgid = None
     try:
-        run_id, step = wait_for(lambda: running_step(tmp_path / "brain.db"), 20, "a running step")
-        assert step == "wait"
-        pgid = read_pid(tmp_path / "step.pid", 10)
+        # The step that runs first ("before", slowed down here as a busy machine slows it)
+        # is running for a while too: wait for the one the cancel is about, however long
+        # the steps before it take.
+        run_id, _ = wait_for(lambda: _running(tmp_path / "brain.db", "wait"), 60,
+                             "the step 'wait' to run")
+        pgid = read_pid(tmp_path / "step.pid", 60)
         os.kill(proc.pid, signal.SIGKILL)
         if reaped:
             proc.wait(10)
@@ -73,6 +76,12 @@ def test_cancel_a_run_whose_process_was_killed(tmp_path: Path, brain_cmd: list[s
         proc.wait(10)
         if pgid is not None:
             kill_group_quietly(pgid)  # the step's own group outlives a kill -9 of brain run
+
+
+def _running(db_file: Path, step: str) -> tuple[str, str] | None:
+    """``(run id, step)`` once ``step`` is the running step of a running run, else ``None``."""
+    found = running_step(db_file)
+    return found if found is not None and found[1] == step else None
 
 
 def _state(pid: int) -> str | None:
