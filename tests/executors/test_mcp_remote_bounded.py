@@ -151,6 +151,25 @@ def test_one_huge_event_on_the_legacy_stream_fails_at_once(flood: FloodServer) -
     assert not answer["complete"] and answer["sent"] < TAKEN_AT_MOST, answer
 
 
+def test_a_compressed_answer_is_refused_at_once(flood: FloodServer) -> None:
+    """Answers are asked for uncompressed: one compressed anyway (here 64 KiB of gzip that
+    inflates to 64 MiB) could not be bounded before it is inflated, so the step fails at
+    once saying why, before reading it."""
+    tag = unique("gzip")
+    url = flood.url("gzip", 64 * 1024 * 1024, tag)
+
+    @workflow
+    def mcp_compressed_answer() -> None:
+        mcp_tool("call", url=url, tool="big", retries=2, retry_delay_seconds=0,
+                 timeout_seconds=60)
+
+    r = mcp_compressed_answer()
+    step = r.steps["call"]
+    assert step.status == "failed"
+    assert step.tries == 1, step.error
+    assert "compressed answer (Content-Encoding: gzip)" in (step.error or ""), step.error
+
+
 # --- the family: any answer size, either fill, either way of answering --------------------------
 
 

@@ -18,7 +18,9 @@ notifications sent before the answer (``flood``); ``fill`` is what each characte
   (``0``: without end), then a short result;
 - ``legacypost``: legacy transport whose message ``POST`` answers are ``size`` bytes long
   (the result itself is small, on the event stream);
-- ``legacy``: legacy transport whose result arrives as one huge event on the stream.
+- ``legacy``: legacy transport whose result arrives as one huge event on the stream;
+- ``gzip``: a result of ``size`` characters, gzip-compressed (``Content-Encoding: gzip``)
+  whatever the client asked for.
 
 For every answer that carried (or tried to carry) a result, it appends one JSON line to
 the events file once the answer ended: ``{"tag", "mode", "sent", "total", "complete"}``,
@@ -95,9 +97,12 @@ class Answer:
         self.writer = writer
         self.sent = 0
 
-    async def head(self, status: int, ctype: str, length: int | None = None) -> None:
+    async def head(self, status: int, ctype: str, length: int | None = None,
+                   encoding: str | None = None) -> None:
         lines = [f"HTTP/1.1 {status} {'OK' if status < 300 else 'Error'}",
                  f"Content-Type: {ctype}", "Connection: close", "Cache-Control: no-cache"]
+        if encoding is not None:
+            lines.append(f"Content-Encoding: {encoding}")
         if length is not None:
             lines.append(f"Content-Length: {length}")
         self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -157,6 +162,18 @@ async def flood(answer: Answer, tag: str, mid: Any, size: int) -> None:
     finally:
         record(tag=tag, mode="flood", sent=answer.sent, total=-1 if size == 0 else size,
                complete=complete)
+
+
+async def gzipped(answer: Answer, tag: str, mid: Any, size: int, fill: str) -> None:
+    """The result, compressed (a bomb, for a large ``size``: ~1 KiB per MiB)."""
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    data = b"".join([packer.compress(part) async for part in result_body(mid, size, fill)])
+    data += packer.flush()
+    await answer.head(200, "application/json", len(data), encoding="gzip")
+    await answer.body(data)
+    record(tag=tag, mode="gzip", sent=answer.sent, total=len(data), complete=True)
 
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes]:
@@ -235,6 +252,8 @@ async def post(answer: Answer, mode: str, size: int, fill: str, tag: str, messag
         await answer.whole(200, small({"jsonrpc": "2.0", "id": mid, "result": {}}))
     elif mode == "flood":
         await flood(answer, tag, mid, size)
+    elif mode == "gzip":
+        await gzipped(answer, tag, mid, size, fill)
     else:
         await huge_result(answer, tag, mode, mid, size, fill, sse=mode == "sse")
 
