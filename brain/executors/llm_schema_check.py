@@ -23,10 +23,13 @@ import os
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 #: Idle children kept for the next checks (each holds about 20 MB).
 KEEP_IDLE = 2
+#: Checks at once in one process (each a child); more wait their turn.
+MAX_CHECKS = 32
 #: How much of a reason the child sends back (the caller shows 300 characters of it).
 REASON_SCAN = 16384
 #: Validators of the JSON Schema dicts seen, by ``id`` of the dict (kept, so the id stays its).
@@ -119,6 +122,18 @@ class _Child:
 
 _idle: list[_Child] = []
 _lock = threading.Lock()
+_executor: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    """The threads that wait for children's verdicts: their own, so that checks waiting
+    out their timeouts never take the threads the loop's other work (DNS lookups, say)
+    needs. One per check in flight, up to :data:`MAX_CHECKS` (more wait their turn)."""
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(MAX_CHECKS, thread_name_prefix="brain-schema-check")
+        return _executor
 
 
 def _take() -> _Child:
@@ -157,11 +172,12 @@ async def check_apart(schema: dict[str, Any], text: str,
 
     request = json.dumps({"schema": json.dumps(schema), "text": text,
                           "seconds": max(1, math.ceil(seconds))}).encode() + b"\n"
-    child = await asyncio.to_thread(_take)  # starting one waits for its exec: not on the loop
+    child = _take()  # a spawn, when none is idle: a few milliseconds (its start is its own)
     try:
-        line = await asyncio.to_thread(child.ask, request)
+        line = await asyncio.get_running_loop().run_in_executor(_threads(), child.ask, request)
     except BaseException:  # cancelled (the step's timeout, a cancel): the check ends with it
-        child.end(kill=True)
+        child.proc.kill()  # the read in its thread ends with it; the pipes are closed there
+        _threads().submit(child.end, kill=True)  # (closing one waits for that read)
         raise
     if not line:
         child.end(kill=True)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import wait_for
 
 from brain import llm, workflow
 from brain.executors import llm_schema_check
@@ -125,7 +126,7 @@ def test_a_pathological_check_fails_the_step_at_its_timeout_and_never_holds_the_
     assert step.error == "timed out after 1 s"
     assert step.output == answer
     assert gap < SLOW_GAP
-    assert checking_children() <= idle_children()
+    wait_for(lambda: checking_children() <= idle_children(), 10, "the checking child to end")
 
 
 def test_a_child_past_its_seconds_ends_itself_and_says_so() -> None:
@@ -137,7 +138,7 @@ def test_a_child_past_its_seconds_ends_itself_and_says_so() -> None:
             await check_apart(schema, json.dumps("a" * 40 + "!"), 0.5)
 
     asyncio.run(check())
-    assert checking_children() <= idle_children()
+    wait_for(lambda: checking_children() <= idle_children(), 10, "the checking child to end")
 
 
 def test_a_check_gives_the_verdict_and_the_child_serves_the_next() -> None:
@@ -196,3 +197,22 @@ def test_a_step_whose_answers_do_not_match_keeps_the_last_one_scrubbed(
     assert step["output"] == '{"urgent": "very", "note": "key ***"}'
     assert key not in done.stdout + done.stderr
     assert key not in (tmp_path / "brain.db").read_bytes().decode(errors="replace")
+
+
+@settings(max_examples=80, deadline=None)
+@given(limit=st.integers(min_value=1, max_value=300), before=st.integers(min_value=0, max_value=400),
+       secret=st.text(alphabet="abcdefghijklmnopqrstuvw0123456789", min_size=8, max_size=40),
+       filler=st.sampled_from(["x", "é", "😀"]))
+def test_a_kept_answer_fits_max_output_bytes_and_holds_no_piece_of_a_secret(
+        limit: int, before: int, secret: str, filler: str) -> None:
+    """However the cut at ``max_output_bytes`` falls on a secret (or on a character of
+    several bytes), no piece of the secret is kept, and the rest is the answer's start."""
+    from brain import _secrets
+    from brain.executors.llm import _kept
+
+    _secrets.remember(secret)
+    answer = filler * before + secret + "y" * 500
+    kept = _kept(answer, limit)
+    assert len(kept.encode()) <= limit
+    assert all(secret[i:i + 6] not in kept for i in range(len(secret) - 5))
+    assert (_secrets.scrub(answer) or "").startswith(kept)
