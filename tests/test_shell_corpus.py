@@ -204,12 +204,104 @@ CORPUS: list[str] = [
     "curl -fsS --retry 3 -F file=@{previous.artifact} https://uploads.example.com/",
 ]
 
+#: The first hour's templates (issue 30): what a new user writes, each with no real way for
+#: a value to become code (HTML and arrows inside quotes, ``uv run script.py``, ``npm run
+#: build --``, wrappers written out...). Before the change 20 of these 80 were refused; at
+#: most :data:`MAX_EVERYDAY_REFUSED` may be. The accepted ones run with hostile values below.
+EVERYDAY: list[str] = [
+    # --- messages: HTML, arrows and comparisons inside quotes
+    'echo "<b>{name}</b>"',
+    'echo "value={a}>limit"',
+    'echo "<h1>Report for {date}</h1>" > report.html',
+    "echo '<td>{cell}</td>' >> table.html",
+    'echo "{name} <{email}>"',
+    'echo "=> {result}"',
+    'echo "a<{x}>b"',
+    'echo "score {score}/100 (>= {min} passes)"',
+    "printf '<li>%s</li>\\n' {item} >> list.html",
+    'echo "Hello, {name}!"',
+    'echo "{a},{b},{c}" >> data.csv',
+    'echo "Build {build} finished: {status}" | tee -a build.log',
+    'printf "%s\\n" "{line}" >> notes.txt',
+    'echo "{json}" > data.json',
+    # --- project runners
+    "uv run script.py {x}",
+    "uv run scripts/report.py --date {date}",
+    "uv run --with requests fetch.py {url}",
+    "uv run --python=3.12 tools/check.py {file}",
+    "npm run build -- {x}",
+    "npm run deploy -- --env {environment}",
+    "npm run lint -- {file}",
+    "npm start -- --port {port}",
+    "deno run --allow-net server.ts {port}",
+    "poetry run python scripts/sync.py {x}",
+    "python3 manage.py migrate {app}",
+    "python3 -m http.server {port}",
+    "cargo run --release -- {x}",
+    "ruby script.rb {x}",
+    "perl script.pl {x}",
+    "bash scripts/notify.sh \"{msg}\"",
+    "sh -c 'echo \"$1\"' sh {x}",
+    "./run.sh --name \"{name}\"",
+    "python3 -c 'import sys; print(sys.argv[1].upper())' {x}",
+    "echo {x} | python3 -c 'import sys; print(sys.stdin.read()[::-1])'",
+    "curl -fsS {url} | python3 -m json.tool",
+    "tini -s -- ./worker.sh {queue}",
+    "env LANG=C ./tool {x}",
+    "timeout 10 curl -fsS {url}",
+    "nohup ./worker.sh {queue} > worker.log 2>&1 &",
+    # --- files
+    "cat {file} | wc -l",
+    "wc -c < {file}",
+    "ls -la {dir}",
+    "mkdir -p out/{name} && touch out/{name}/ok",
+    "cp {src} {dst}",
+    'mv "{old}" "{new}"',
+    "git log --author={author} --oneline",
+    'echo "{x}" | base64',
+    "echo -n {x} | sha256sum",
+    "tar xzf {archive} -C out",
+    'tar czf "{name}.tar.gz" src/',
+    "gzip -k {file}",
+    'rsync -av src/ "backup/{date}/"',
+    "du -sh {dir}",
+    "TAG={tag} ./release.sh",
+    "cut -d: -f1 {file}",
+    "tr -d '\\r' < {file} > clean.txt",
+    "base64 -d <<< {data} > out.bin",
+    "awk -F, '{{print $2}}' {file}",
+    "[ -f {file} ] && echo exists",
+    "test -n {x} && echo set",
+    "if [ {a} = {b} ]; then echo same; fi",
+    'echo "{a}" | grep -q -- "{b}" && echo yes',
+    'echo {x} > "out/{name}.txt"',
+    'cat "{path}" | head -n 5',
+    "grep -c -- {word} notes.txt",
+    # --- services
+    'curl -s "https://api.github.com/repos/{repo}/releases/latest" | jq -r .tag_name',
+    'curl -X POST -d "{payload}" http://localhost:8080/hook',
+    'curl -fsS "https://api.example.com/users/{user_id}"',
+    'wget -O "downloads/{name}.zip" "{url}"',
+    "docker logs --tail 100 {container}",
+    "docker exec web ls {dir}",
+    "kubectl logs deploy/{service} --tail=100",
+    "kubectl get pods -l app={app}",
+    "systemctl status {service}",
+    'journalctl -u {service} --since "{since}"',
+    "ping -c 1 {host}",
+    'terraform plan -var "region={region}"',
+    "aws s3 ls s3://{bucket}/",
+    'gh issue create --title {title} --body {body}',
+    'git commit -m "{message}"',
+]
+MAX_EVERYDAY_REFUSED = 5
+
 # Programs that would reach the network, another machine or the system: stubbed (exit 0).
 # So are the interpreters given a literal script (the scripts do not exist here; they only
 # cost start-up time).
 STUBS = ("curl wget gh aws mail mailx sendmail notify-send logger wall ssh scp rsync git docker "
          "kubectl helm terraform systemctl sudo pg_dump psql mysqldump redis-cli mosquitto_pub "
-         "npm npx pip gpg yq python3 node").split()
+         "npm npx pip gpg yq python3 node uv poetry deno cargo ping journalctl").split()
 
 #: Value sets: in set k, the i-th placeholder gets HOSTILE[(k + i) % len(HOSTILE)].
 HOSTILE = [
@@ -255,6 +347,20 @@ def test_few_of_the_templates_people_write_are_refused() -> None:
 
 def test_every_refusal_says_what_to_do_instead() -> None:
     for template, problem in _refusals().items():
+        assert any(hint in problem for hint in ADVICE), (template, problem)
+
+
+def test_the_first_hour_templates_are_rarely_refused() -> None:
+    """HTML and ``>`` inside quotes, ``uv run script.py {x}``, ``npm run build -- {x}``,
+    ``tini -s -- ./worker.sh {x}``...: at most a handful refused, each saying what to do."""
+    assert len(EVERYDAY) == 80 and len(set(EVERYDAY)) == 80
+    refused = {t: p for t in EVERYDAY if (p := shell_problem(t)) is not None}
+    report = _report(refused).replace(f"{len(CORPUS)} templates, {len(CORPUS) - len(refused)}",
+                                      f"{len(EVERYDAY)} templates, "
+                                      f"{len(EVERYDAY) - len(refused)}")
+    print("\nfirst hour " + report)
+    assert len(refused) <= MAX_EVERYDAY_REFUSED, report
+    for template, problem in refused.items():
         assert any(hint in problem for hint in ADVICE), (template, problem)
 
 
@@ -338,8 +444,8 @@ def test_accepted_templates_keep_hostile_values_as_data(tmp_path: Path) -> None:
     bin_dir = _stub_dir(tmp_path)
     marks = tmp_path / "marks"
     marks.mkdir()
-    runnable = [t for t in CORPUS if _runnable(t)]
-    assert len(runnable) >= 70, len(runnable)
+    runnable = [t for t in dict.fromkeys(CORPUS + EVERYDAY) if _runnable(t)]
+    assert len(runnable) >= 140, len(runnable)
     job: Callable[[tuple[int, str]], list[tuple[str, str, list[str]]]] = \
         lambda item: _run_template(item[0], item[1], tmp_path, bin_dir, marks)  # noqa: E731
     with ThreadPoolExecutor(max_workers=min(16, (os.cpu_count() or 2) * 2)) as pool:

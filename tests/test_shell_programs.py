@@ -396,6 +396,188 @@ DEMOS: dict[str, Demo] = {
                files={"main.go": 'package main\nimport "os"\nfunc main() { os.Create("MARK") }\n'}),
     "cargo": Demo("cargo run --manifest-path {x}", {"{x}": "./evil/Cargo.toml"},
                   argv=words("cargo run --manifest-path {x}")),
+    # --- added with the wider table (issue 30): remote shells and inner shells ------------
+    **{name: Demo(f"{name} backup.example.com {{x}}", TOUCH,
+                  argv=(name, "backup.example.com", "{x}"))
+       for name in ("mosh", "autossh", "dbclient", "rsh", "rlogin", "pssh", "parallel-ssh",
+                    "pdsh", "clush", "dsh", "mussh", "knife", "fab")},
+    **{name: Demo(f"{name} '*' cmd.run {{x}}", TOUCH, argv=(name, "*", "cmd.run", "{x}"))
+       for name in ("salt", "salt-ssh")},
+    "salt-call": Demo("salt-call --local cmd.run {x}", TOUCH,
+                      argv=words("salt-call --local cmd.run {x}")),
+    "pyinfra": Demo("pyinfra @local exec -- {x}", TOUCH, argv=words("pyinfra @local exec -- {x}")),
+    "zellij": prog("zellij", "zellij run -- {x} {y}"),
+    "byobu": prog("byobu", "byobu new-session -d {x} {y}"),
+    "hyperfine": Demo("hyperfine --runs 1 {x}", TOUCH, argv=words("hyperfine --runs 1 {x}")),
+    "watchexec": Demo("watchexec -- {x}", TOUCH, argv=words("watchexec -- {x}")),
+    "nodemon": Demo("nodemon --exec {x}", TOUCH, argv=words("nodemon --exec {x}")),
+    "reflex": Demo("reflex -- sh -c {x}", TOUCH),
+    "sem": Demo("sem --fg {x}", TOUCH, argv=words("sem --fg {x}")),
+    "pueue": Demo("pueue add -- {x}", TOUCH, argv=words("pueue add -- {x}")),
+    "crontab": Demo("crontab {x}", {"{x}": "./jobs.cron"}, argv=("crontab", "{x}"),
+                    files={"jobs.cron": "* * * * * touch MARK\n"}),
+    **{name: Demo(f"{name} {{x}}", {"{x}": "./job.sh"}, argv=(name, "{x}"), files=JOB)
+       for name in ("sbatch", "bsub", "qsub")},
+    **{name: Demo(f"{name} -e {{x}} {{y}}", PROG, argv=words(f"{name} -e {{x}} {{y}}"))
+       for name in ("xterm", "uxterm", "konsole", "urxvt", "rxvt", "alacritty", "tilix",
+                    "lxterminal", "mate-terminal", "xfce4-terminal", "terminator")},
+    **{name: prog(name, f"{name} -- {{x}} {{y}}") for name in ("gnome-terminal",)},
+    **{name: prog(name) for name in ("kitty", "foot")},
+    "wezterm": prog("wezterm", "wezterm start -- {x} {y}"),
+    "osascript": Demo("osascript -e {x}", {"{x}": 'do shell script "touch MARK"'},
+                      argv=words("osascript -e {x}")),
+    "puppet": Demo("puppet apply -e {x}", {"{x}": "exec { 'm': command => '/usr/bin/touch MARK' }"},
+                   argv=words("puppet apply -e {x}")),
+    "chef-apply": Demo("chef-apply -e {x}", {"{x}": "execute 'touch MARK'"},
+                       argv=words("chef-apply -e {x}")),
+    "bwrap": prog("bwrap", "bwrap --bind / / {x} {y}"),
+    **{name: Demo(f"{name} --nodb --quiet --eval {{x}}",
+                  {"{x}": 'require("fs").writeFileSync("MARK", "")'},
+                  argv=words(f"{name} --nodb --quiet --eval {{x}}"))
+       for name in ("mongosh", "mongo")},
+    "duckdb": Demo("duckdb -c {x}", {"{x}": ".shell touch MARK"}, argv=words("duckdb -c {x}")),
+    "litecli": Demo("litecli cache.db -e {x}", {"{x}": "system touch MARK"},
+                    argv=words("litecli cache.db -e {x}")),
+    "usql": Demo("usql sqlite:cache.db -c {x}", {"{x}": "\\! touch MARK"},
+                 argv=words("usql sqlite:cache.db -c {x}")),
+    **{name: Demo(f"{name} -e {{x}}", {"{x}": "\\! touch MARK"}, argv=words(f"{name} -e {{x}}"))
+       for name in ("sqlcmd", "pgcli", "mycli", "sqlplus", "beeline", "hive", "impala-shell")},
+    **{name: Demo(f"echo {{x}} | {name}", {"{x}": 'system("touch MARK")'})
+       for name in ("irb", "pry")},
+    "psysh": Demo("echo {x} | psysh", {"{x}": 'touch("MARK")'}),
+    "jshell": Demo("jshell -q {x}", {"{x}": "job.jsh"}, argv=("jshell", "-q", "{x}"),
+                   files={"job.jsh": 'new java.io.File("MARK").createNewFile()\n/exit\n'}),
+    "iex": Demo("iex -e {x}", {"{x}": 'File.touch!("MARK"); System.halt()'},
+                argv=words("iex -e {x}")),
+    "erl": Demo("erl -noshell -eval {x}", {"{x}": 'os:cmd("touch MARK"), halt().'},
+                argv=words("erl -noshell -eval {x}")),
+    **{name: Demo(f"echo {{x}} | {name}", {"{x}": 'open("MARK", "w").close()'})
+       for name in ("spark-shell", "pyspark")},
+    **{name: Demo(f"{name} -M -e {{x}}", {"{x}": '(spit "MARK" "")'},
+                  argv=words(f"{name} -M -e {{x}}")) for name in ("clojure", "clj")},
+    "gnuplot": Demo("gnuplot -e {x}", {"{x}": 'system("touch MARK")'},
+                    argv=words("gnuplot -e {x}")),
+    "octave": Demo("octave --no-gui --eval {x}", {"{x}": 'system("touch MARK")'},
+                   argv=words("octave --no-gui --eval {x}")),
+    "matlab": Demo("matlab -batch {x}", {"{x}": "system('touch MARK')"},
+                   argv=words("matlab -batch {x}")),
+    "mlr": Demo("mlr -n put {x}", {"{x}": 'end { system("touch MARK") }'},
+                argv=words("mlr -n put {x}")),
+    "rake": Demo("rake -e {x}", {"{x}": 'system("touch MARK")'}, argv=words("rake -e {x}")),
+    "nix-shell": Demo("nix-shell -p hello --run {x}", TOUCH,
+                      argv=words("nix-shell -p hello --run {x}")),
+    "hwloc-bind": prog("hwloc-bind", "hwloc-bind all {x} {y}"),
+    "uftrace": prog("uftrace", "uftrace record {x} {y}"),
+    # --- added: wrappers that run the program named in their arguments ---------------------
+    "tini": prog("tini", "tini -s -- {x} {y}"),
+    **{name: prog(name) for name in (
+        "dumb-init", "fakechroot", "wine", "wine64", "box64", "box86", "run0", "pfexec",
+        "xvfb-run", "dbus-launch", "nocache", "tsocks", "torify", "graftcp", "optirun",
+        "primusrun", "prime-run", "gamemoderun", "mangohud", "steam-run", "eatmydata",
+        "systemd-cat", "systemd-inhibit", "run-one", "run-this-one", "keep-one-running", "nq",
+        "tsp", "heaptrack", "pgrphack", "lima", "flatpak-spawn", "summon", "srun")},
+    "catatonit": prog("catatonit", "catatonit -- {x} {y}"),
+    "corepack": Demo("corepack {x} {y}", {"{x}": "pnpm@8.15.0", "{y}": "--version"},
+                     argv=("corepack", "{x}", "{y}")),
+    "schroot": prog("schroot", "schroot -c default -- {x} {y}"),
+    "systemd-nspawn": prog("systemd-nspawn", "systemd-nspawn -D / -q {x} {y}"),
+    "nsjail": prog("nsjail", "nsjail -Mo --chroot / -q -- {x} {y}"),
+    "minijail0": prog("minijail0", "minijail0 -- {x} {y}"),
+    "sandbox-exec": prog("sandbox-exec", "sandbox-exec -n no-network {x} {y}"),
+    "aa-exec": prog("aa-exec", "aa-exec -- {x} {y}"),
+    **{name: prog(name, f"{name} -n c1 -- {{x}} {{y}}") for name in ("lxc-attach", "lxc-execute")},
+    "sshpass": prog("sshpass", "sshpass -p secret {x} {y}"),
+    "cgexec": prog("cgexec", "cgexec -g cpu:/ {x} {y}"),
+    "numactl": prog("numactl", "numactl --localalloc {x} {y}"),
+    "cpulimit": prog("cpulimit", "cpulimit -l 50 -- {x} {y}"),
+    "trickle": prog("trickle", "trickle -s -d 100 {x} {y}"),
+    "pasuspender": prog("pasuspender", "pasuspender -- {x} {y}"),
+    "lockrun": prog("lockrun", "lockrun --lockfile=job.lock -- {x} {y}"),
+    "retry": prog("retry", "retry -t 1 -- {x} {y}"),
+    **{name: prog(name, f"{name} -np 1 {{x}} {{y}}") for name in ("mpirun", "mpiexec")},
+    "dtach": prog("dtach", "dtach -n job.sock {x} {y}"),
+    "abduco": prog("abduco", "abduco -n job {x} {y}"),
+    "multitime": prog("multitime", "multitime -n 1 {x} {y}"),
+    "gosu": prog("gosu", "gosu root {x} {y}"),
+    "su-exec": prog("su-exec", "su-exec root {x} {y}"),
+    "envchain": prog("envchain", "envchain deploy {x} {y}"),
+    "faketime": prog("faketime", "faketime 2020-01-01 {x} {y}"),
+    "arch-chroot": prog("arch-chroot", "arch-chroot / {x} {y}"),
+    "gdbserver": prog("gdbserver", "gdbserver :0 {x} {y}"),
+    "setlock": prog("setlock", "setlock job.lock {x} {y}"),
+    "envuidgid": prog("envuidgid", "envuidgid root {x} {y}"),
+    "s6-envdir": prog("s6-envdir", "s6-envdir envd {x} {y}", files={"envd/LANG": "C\n"}),
+    "distrobox-enter": prog("distrobox-enter", "distrobox-enter box -- {x} {y}"),
+    # --- added: secret injectors, version managers, machines --------------------------------
+    **{name: prog(name, f"{name} run -- {{x}} {{y}}")
+       for name in ("op", "dotenvx", "teller", "doppler", "infisical", "volta")},
+    "dotenv": prog("dotenv", "dotenv run -- {x} {y}", files={".env": "A=1\n"}),
+    **{name: prog(name, f"{name} exec {{x}} {{y}}")
+       for name in ("pyenv", "rbenv", "nodenv", "goenv", "jenv", "plenv", "phpenv", "asdf",
+                    "bundle", "bundler", "saml2aws")},
+    "fnm": prog("fnm", "fnm exec -- {x} {y}"),
+    **{name: prog(name, f"{name} exec prod -- {{x}} {{y}}") for name in ("aws-vault", "aws-okta")},
+    "berglas": prog("berglas", "berglas exec -- {x} {y}"),
+    "direnv": prog("direnv", "direnv exec . {x} {y}"),
+    **{name: prog(name, f"{name} exec -- {{x}} {{y}}") for name in ("mise", "rtx")},
+    "nvm": prog("nvm", "nvm exec 20 {x} {y}"),
+    "sops": Demo("sops exec-env secrets.json {x}", TOUCH),
+    "chamber": prog("chamber", "chamber exec app -- {x} {y}"),
+    "pixi": prog("pixi", "pixi run {x} {y}"),
+    **{name: Demo(f"{name} ssh -c {{x}}", TOUCH, argv=words(f"{name} ssh -c {{x}}"))
+       for name in ("vagrant",)},
+    **{name: prog(name, f"{name} exec c1 -- {{x}} {{y}}") for name in ("lxc", "incus", "multipass")},
+    **{name: prog(name, f"{name} shell default {{x}} {{y}}") for name in ("limactl", "machinectl")},
+    **{name: Demo(f"{name} ssh -- {{x}}", TOUCH) for name in ("colima", "minikube")},
+    **{name: prog(name, f"{name} run {{x}} {{y}}") for name in ("toolbox", "heroku", "railway")},
+    "distrobox": prog("distrobox", "distrobox enter box -- {x} {y}"),
+    **{name: prog(name, f"{name} exec docker://alpine {{x}} {{y}}")
+       for name in ("singularity", "apptainer")},
+    "gcloud": Demo("gcloud compute ssh vm --command {x}", TOUCH),
+    "az": Demo("az vm run-command invoke -g rg -n vm --command-id RunShellScript --scripts {x}",
+               TOUCH),
+    **{name: Demo(f"{name} ssh console -C {{x}}", TOUCH) for name in ("fly", "flyctl")},
+    "aws": Demo("aws ssm send-command --document-name AWS-RunShellScript --parameters {x}",
+                {"{x}": "commands=touch MARK"}),
+    **{name: Demo(f"{name} install -y {{x}}", {"{x}": "./evil.deb"})
+       for name in ("apt", "apt-get", "aptitude")},
+    **{name: Demo(f"{name} install -y {{x}}", {"{x}": "./evil.rpm"}) for name in ("dnf", "yum",
+                                                                                 "zypper")},
+    "apk": Demo("apk add --allow-untrusted {x}", {"{x}": "./evil.apk"}),
+    "brew": Demo("brew install {x}", {"{x}": "./evil.rb"}),
+    "gem": Demo("gem install {x}", {"{x}": "./evil.gem"}),
+    "snap": Demo("snap install --dangerous {x}", {"{x}": "./evil.snap"}),
+    "flatpak": prog("flatpak", "flatpak run --command={x} org.example.App {y}"),
+    "dpkg": Demo("dpkg -i {x}", {"{x}": "./evil.deb"}),
+    **{name: prog(name, f"{name} run -- {{x}} {{y}}") for name in ("nix", "guix")},
+    "rails": Demo("rails runner {x}", {"{x}": 'File.write("MARK", "")'}),
+    "manage.py": Demo("./manage.py shell -c {x}", {"{x}": 'open("MARK", "w")'}),
+    "artisan": Demo("php artisan tinker --execute={x}", {"{x}": 'touch("MARK");'}),
+    **{name: prog(name, f"{name} run --rm web {{x}} {{y}}") for name in ("docker-compose",)},
+    **{name: prog(name, f"{name} exec c1 {{x}} {{y}}") for name in ("crictl",)},
+    "ctr": prog("ctr", "ctr run docker.io/library/alpine:latest c1 {x} {y}"),
+    **{name: prog(name, f"{name} exec deploy/web -- {{x}} {{y}}") for name in ("oc", "k3s",
+                                                                              "microk8s")},
+    # java runs a single source file it is named (the class is code).
+    "java": Demo("java {x}", {"{x}": "Job.java"}, argv=("java", "{x}"),
+                 files={"Job.java": 'public class Job { public static void main(String[] a) '
+                                    'throws Exception { new java.io.File("MARK")'
+                                    '.createNewFile(); } }\n'}),
+    **{name: Demo(f"{name} -e {{x}}", {"{x}": 'require("fs").writeFileSync("MARK", "")'},
+                  argv=(name, "-e", "{x}")) for name in ("ts-node", "tsx")},
+    "groovy": Demo("groovy -e {x}", {"{x}": 'new File("MARK").createNewFile()'},
+                   argv=words("groovy -e {x}")),
+    "elixir": Demo("elixir -e {x}", {"{x}": 'File.touch!("MARK")'}, argv=words("elixir -e {x}")),
+    # A helper the browser starts for each renderer: a value becoming that option runs it.
+    **{name: Demo(f"{name} --headless --no-sandbox --disable-gpu {{x}} --dump-dom about:blank",
+                  {"{x}": "--renderer-cmd-prefix=MARK-pre.sh"},  # an absolute path
+                  argv=words(f"{name} --headless --no-sandbox --disable-gpu {{x}} "
+                             f"--dump-dom about:blank"),
+                  files={"MARK-pre.sh": '#!/bin/sh\ntouch MARK\nexec "$@"\n'},
+                  # Its socket goes in TMPDIR: a deep test folder passes the 108-byte limit.
+                  env={"TMPDIR": "/tmp"})
+       for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+                    "chrome", "microsoft-edge", "brave-browser")},
 }
 
 #: Rows whose "really runs" half is not run here, and why. Their refusal is still checked.
@@ -463,6 +645,67 @@ SKIP_RUNS: dict[str, str] = {
              "1+1 is refused), so no value is known to run; listed conservatively"
        for name in ("ulimit", "caller", "shift", "return", "exit", "break", "continue")},
 }
+
+# Added with the wider table (issue 30).
+SKIP_RUNS.update({
+    **{name: "runs the value on a remote host: needs a reachable host"
+       for name in ("mosh", "autossh", "dbclient", "rsh", "rlogin", "pssh", "parallel-ssh",
+                    "pdsh", "clush", "dsh", "mussh", "knife", "fab", "salt", "salt-ssh",
+                    "vagrant", "lxc", "incus", "multipass", "limactl", "colima", "minikube",
+                    "machinectl", "lima", "gcloud", "az", "fly", "flyctl", "heroku", "railway",
+                    "aws", "toolbox", "distrobox", "distrobox-enter", "lxc-attach",
+                    "lxc-execute")},
+    **{name: "needs a terminal or an X display"
+       for name in ("zellij", "byobu", "xterm", "uxterm", "gnome-terminal", "konsole", "urxvt",
+                    "rxvt", "kitty", "alacritty", "terminator", "xfce4-terminal", "tilix",
+                    "wezterm", "foot", "lxterminal", "mate-terminal", "xvfb-run", "psysh")},
+    **{name: "watches files and runs the value on each change: never ends by itself"
+       for name in ("watchexec", "nodemon", "reflex")},
+    "pueue": "hands the command to the pueued daemon",
+    "crontab": "would replace the user's crontab: changes the machine",
+    **{name: "needs a batch scheduler" for name in ("sbatch", "bsub", "qsub", "srun")},
+    "osascript": "macOS only",
+    "sandbox-exec": "macOS only",
+    "pfexec": "Solaris and illumos only",
+    **{name: "needs a database server or account"
+       for name in ("sqlcmd", "pgcli", "mycli", "sqlplus", "beeline", "hive", "impala-shell")},
+    "jshell": "a JVM REPL: it starts in about 7 s here, too close to the demo's 10 s bound on "
+              "a busy machine (java's row shows a JVM running the value)",
+    **{name: "needs Spark and a JVM" for name in ("spark-shell", "pyspark")},
+    "matlab": "licensed software",
+    "nix-shell": "fetches nixpkgs (network)",
+    **{name: "needs a container or VM runtime and an image"
+       for name in ("docker-compose", "crictl", "ctr", "oc", "k3s", "microk8s", "singularity",
+                    "apptainer", "schroot", "systemd-nspawn", "arch-chroot", "flatpak",
+                    "flatpak-spawn")},
+    **{name: "needs privileges (another user, a cgroup, a namespace, a profile)"
+       for name in ("gosu", "su-exec", "run0", "cgexec", "nsjail", "minijail0", "bwrap",
+                    "envuidgid")},
+    **{name: "needs an account or credentials of a secrets service"
+       for name in ("op", "doppler", "infisical", "teller", "aws-vault", "aws-okta", "berglas",
+                    "saml2aws", "chamber", "sops", "envchain", "summon")},
+    **{name: "fetches the tool or package the value names (network)"
+       for name in ("corepack", "volta", "fnm", "mise", "rtx", "pixi", "gem", "brew", "nix",
+                    "guix", "asdf")},
+    **{name: "installs a package: needs root and changes the machine"
+       for name in ("apt", "apt-get", "aptitude", "dnf", "yum", "zypper", "apk", "snap",
+                    "dpkg")},
+    **{name: "needs the project around it (a Rails or Django app, a Laravel project)"
+       for name in ("rails", "manage.py", "artisan", "bundle", "bundler")},
+    "systemd-cat": "needs journald's socket",
+    "systemd-inhibit": "needs logind on the system bus",
+    "gdbserver": "starts the program stopped until a debugger attaches",
+    "box64": "runs x86_64 programs on other architectures",
+    "box86": "runs x86 programs on other architectures",
+    **{name: "needs a Windows program to name" for name in ("wine", "wine64")},
+    **{name: "needs a GPU switching setup or a game runtime"
+       for name in ("optirun", "primusrun", "prime-run", "gamemoderun", "mangohud",
+                    "steam-run")},
+    "nvm": "a shell function, not a program on PATH",
+    "mpirun": "needs an MPI runtime", "mpiexec": "needs an MPI runtime",
+    "dtach": "detaches the program into the background with a terminal",
+    "abduco": "detaches the program into the background with a terminal",
+})
 
 #: Rows whose refusal is missing (a known hole in the checker, reported to the lead).
 CHECKER_HOLES: dict[str, str] = {}

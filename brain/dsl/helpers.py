@@ -15,6 +15,7 @@ from brain._errors import WorkflowDefinitionError
 from brain.dsl.model import LlmStepSpec, SecretRef, ShellStepSpec
 from brain.dsl.nodes import StepNode, _Lazy
 from brain.dsl.tracing import Tracer, require_tracer
+from brain.shell_check.environment import env_problem
 
 
 def secret(env: str) -> SecretRef:
@@ -207,11 +208,19 @@ def _answer_schema(tracer: Tracer, step: str, schema: object
 
 def env_templates(tracer: Tracer, step: str, env: Mapping[str, object] | None,
                    refs: list[str]) -> dict[str, str | SecretRef]:
-    """``env=`` values as templates (or secrets), with checked variable names."""
+    """``env=`` values as templates (or secrets), with checked variable names; a
+    placeholder may not fill a variable that chooses code (``PATH``, ``LD_PRELOAD``...,
+    the table of :mod:`brain.shell_check.environment`)."""
     values: dict[str, str | SecretRef] = {}
     for key, value in (env or {}).items():
         if not isinstance(key, str) or not key or "=" in key or "\x00" in key:
             raise tracer.error(step, f"bad environment variable name {key!r}")
-        values[key] = value if isinstance(value, SecretRef) else tracer.template(
-            step, f"env[{key!r}]", value, refs)
+        if isinstance(value, SecretRef):
+            values[key] = value  # the operator's own environment: trusted
+            continue
+        text = tracer.template(step, f"env[{key!r}]", value, refs)
+        problem = env_problem(key, text)
+        if problem:
+            raise tracer.error(step, problem)
+        values[key] = text
     return values

@@ -198,9 +198,11 @@ class _Arguments:
         """The words a wrapper may run as its program, with their arguments, and whether
         each is certainly the program (it is not right after an option that may take it).
         Stops at a word that is not literal. Where the row lists the options that take an
-        argument (``nice -n 5``), the program is always certain."""
+        argument (``nice -n 5``), the program is always certain; so it is after ``--``,
+        which ends every wrapper's options (``tini -s -- PROGRAM``), and after a long option
+        glued to its value (``--python=3.12``) or one the row knows takes none."""
         precise = bool(row.arg_options)
-        after_option = skip = False
+        after_option = skip = ended = False
         leading = row.leading
         for i, word in enumerate(words):
             lit = _literal(word)
@@ -209,16 +211,24 @@ class _Arguments:
             if skip:  # the argument of the option before
                 skip = False
                 continue
-            if _is_code_option(lit, row):
-                return  # env -S 'sh -c': a command line of its own
-            if lit.startswith("-") or (name == "env" and "=" in lit):
-                after_option = lit.startswith("-") and not precise
-                skip = precise and lit in row.arg_options
-                continue
+            if name == "env" and "=" in lit and not lit.startswith("-"):
+                continue  # env NAME=value: a variable, even after --
+            if not ended:
+                if _is_code_option(lit, row):
+                    return  # env -S 'sh -c': a command line of its own
+                if lit == "--":
+                    ended = True
+                    after_option = False
+                    continue
+                if lit.startswith("-"):
+                    glued = lit.startswith("--") and "=" in lit
+                    after_option = not (precise or glued or lit in row.flag_options)
+                    skip = precise and lit in row.arg_options
+                    continue
             if leading > 0 and not after_option:
                 leading -= 1
                 continue
-            certain = not after_option or name in _PLAIN_WRAPPERS
+            certain = ended or not after_option or name in _PLAIN_WRAPPERS
             yield lit, words[i + 1:], certain
             if certain:
                 return
@@ -313,6 +323,10 @@ class _Arguments:
                 program = True  # the program text or script file, written literally
                 via_option = False
                 if not anywhere:
+                    script = program_of(lit)
+                    if script is not None and script.runs == "subcommand":
+                        # python3 manage.py shell -c {x}: a script of the table, checked
+                        self.check_args(lit, words[i + 1:])
                     return
             i += 1
 
@@ -415,7 +429,17 @@ class _Arguments:
         program appears anywhere (options and their arguments may come first: ``npm
         --prefix . exec``), no placeholder may; nor may one choose the subcommand. Other
         subcommands' arguments are data."""
-        running = self.running_subcommand(row, words)
+        index = next((i for i, w in enumerate(words) if _literal(w) in row.subcommands), None)
+        running = _literal(words[index]) if index is not None else None
+        if index is not None and running is not None \
+                and not any(self.hostile(w) for w in words[:index]):
+            rest = words[index + 1:]
+            if running in row.wraps:
+                # uv run script.py {x}: the program is written out, and checked in turn
+                self.check_wrapper(f"{name} {running}", row, rest)
+                return
+            if running in row.data_after_dashes and self.data_after_dashes(row, running, rest):
+                return  # npm run build -- {x}: npm quotes the words after -- for the script
         if running is not None and name in ("pip", "pip3") and all(
                 _PINNED.match(_text(w)) for w in words if self.hostile(w)):
             return  # pip install "tool=={v}": the value picks a version of a named package
@@ -429,6 +453,19 @@ class _Arguments:
                                f"{name} {row.why}", "write the subcommand literally first")
             if not lit.startswith("-"):
                 return
+
+    def data_after_dashes(self, row: Program, running: str, rest: list[Node]) -> bool:
+        """Whether every placeholder among ``rest`` (the words after subcommand ``running``)
+        comes after a ``--``, with the script named literally before it where the
+        subcommand names one (``npm run build -- {x}``)."""
+        dash = next((i for i, w in enumerate(rest) if _literal(w) == "--"), None)
+        if dash is None:
+            return False
+        before = [_literal(w) for w in rest[:dash]]
+        if any(lit is None for lit in before) or any(map(self.hostile, rest[:dash])):
+            return False
+        return running not in row.names_script or any(
+            lit is not None and not lit.startswith("-") for lit in before)
 
     def running_subcommand(self, row: Program, words: list[Node]) -> str | None:
         """The first word of ``words`` that is one of the row's program-running

@@ -52,6 +52,15 @@ _SPLIT_REFUSAL = ("inside an unquoted $(…) standing as an argument, whose outp
                   "splits into words")
 
 
+def _quoted_text_at(root: Node, offset: int) -> bool:
+    """Whether the byte at ``offset`` is plain text inside "…" or '…' (``"<b>{x}</b>"``),
+    not an operator (``{x}>f``, ``"$(echo {x}>f)"``)."""
+    node = root.descendant_for_byte_range(offset, offset + 1)
+    return node is not None and (node.type == "raw_string" or (
+        node.type == "string_content" and node.parent is not None
+        and node.parent.type == "string"))
+
+
 def _what(kind: str) -> str:
     return f"in a place the check does not allow ({kind.replace('_', ' ')})"
 
@@ -77,7 +86,8 @@ class _Marker(_Arguments):
         if self.start > 0 and self.source[self.start - 1] == ord("\\"):
             raise _Refused("right after a backslash (\\), which would make the value's opening "
                            "quote a literal character")
-        if self.end < len(self.source) and self.source[self.end] in b"<>":
+        if self.end < len(self.source) and self.source[self.end] in b"<>" \
+                and not _quoted_text_at(root, self.end):
             raise _Refused("directly before a redirection (< or >), where a digit value would "
                            "become a file descriptor; add a space")
         node = root.descendant_for_byte_range(self.start, self.end)

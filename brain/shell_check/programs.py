@@ -18,9 +18,16 @@ How a program reads its arguments, by :class:`Program.runs`:
     runs the program named after its options and ``leading`` fixed words
     (``env``, ``timeout 5``, ``setarch x86_64``, ``npx -y``): placeholders only
     after that program, which must be written literally (and is itself checked).
+    A ``--`` ends the options: the word after it (and the fixed words) is the
+    program, for every such row (``tini -s -- {x}`` is refused).
 ``subcommand``
-    runs a program after one of ``subcommands`` (``uv run``, ``npm exec``,
-    ``docker run IMAGE``): no placeholder after those.
+    runs a program after one of ``subcommands`` (``npm exec``, ``docker run
+    IMAGE``): no placeholder after those. After one of ``wraps`` (``uv run``,
+    ``op run``, ``aws-vault exec PROFILE``) the words are checked as a
+    ``program`` row's are: the program must be written out, and is checked in
+    turn (``uv run script.py {x}``). After the ``--`` of one of
+    ``data_after_dashes`` the words are data for a script (``npm run build --
+    {x}``: npm quotes them).
 ``shell``
     a shell: the script after ``-c`` or the script file is code; data only after
     a literal script.
@@ -78,6 +85,19 @@ class Program:
     #: stops reading options), ``options`` (perl, node, gawk read on: a value must follow
     #: ``--``) or ``script`` (lua takes the next word as a script: no value at all).
     after_code: Literal["data", "options", "script"] = "options"
+    #: ``subcommand``: subcommands after which comes a program and its arguments,
+    #: checked as for a ``program`` row (``uv run script.py {x}``); ``leading`` fixed
+    #: words first (``aws-vault exec PROFILE``).
+    wraps: frozenset[str] = frozenset()
+    #: ``subcommand``: subcommands after whose ``--`` the words are data for a script the
+    #: tool quotes them for (``npm run build -- {x}``).
+    data_after_dashes: frozenset[str] = frozenset()
+    #: ``subcommand``: those of ``data_after_dashes`` that name the script first
+    #: (``npm run build``), which must be written out.
+    names_script: frozenset[str] = frozenset()
+    #: ``program`` rows (or wrapping subcommands) that do not list every option taking an
+    #: argument: options known to take none, so the next word may be the program.
+    flag_options: frozenset[str] = frozenset()
 
 
 def _rows(runs: Runs, why: str, names: str, **kw: object) -> dict[str, Program]:
@@ -98,7 +118,28 @@ PROGRAMS: dict[str, Program] = {
             "eval . source trap alias unalias bind complete compgen compopt enable fc history "
             "jobs watch script parallel su runuser capsh run-parts"),
     **_rows("code", "runs its arguments as commands (a remote or inner shell)",
-            "ssh tmux screen flock sg newgrp at batch socat start-stop-daemon perf"),
+            "ssh tmux screen flock sg newgrp at batch socat start-stop-daemon perf "
+            "mosh autossh dbclient rsh rlogin pssh parallel-ssh pdsh clush dsh mussh salt "
+            "salt-call salt-ssh knife fab pyinfra zellij byobu"),
+    **_rows("code", "runs its arguments as commands through a shell (a benchmark, a watcher, "
+            "a queue)", "hyperfine watchexec nodemon reflex sem pueue"),
+    **_rows("code", "installs or submits the file it names (or reads) as a job or a crontab",
+            "crontab sbatch bsub qsub"),
+    **_rows("code", "runs the command given with -e (or its arguments) in a terminal",
+            "xterm uxterm gnome-terminal konsole urxvt rxvt kitty alacritty terminator "
+            "xfce4-terminal tilix wezterm foot lxterminal mate-terminal"),
+    **_rows("code", "runs its script or the code given with -e (AppleScript, Puppet, Chef)",
+            "osascript puppet chef-apply"),
+    **_rows("code", "runs the program named after options, some of which take two arguments",
+            "bwrap"),
+    **_rows("code", "runs queries and its own commands (a shell escape, --eval) from its "
+            "arguments and stdin", "mongosh mongo duckdb sqlcmd usql pgcli mycli litecli "
+            "sqlplus beeline hive impala-shell"),
+    **_rows("code", "runs code from its arguments or standard input (a REPL or evaluator)",
+            "irb pry psysh jshell iex erl spark-shell pyspark clojure clj gnuplot octave "
+            "matlab mlr rake nix-shell"),
+    **_rows("code", "runs the program named after a varying number of words (locations, a "
+            "subcommand)", "hwloc-bind uftrace"),
     **_rows("code", "runs SQL and its own commands (.shell, \\!) from its arguments and stdin",
             "sqlite3 mysql mariadb"),
     **_rows("code", "runs SQL and its own commands (\\!) from its arguments and stdin", "psql",
@@ -120,9 +161,21 @@ PROGRAMS: dict[str, Program] = {
             "valgrind catchsegv fakeroot proot torsocks proxychains proxychains4 caffeinate "
             "chpst softlimit prlimit pkexec uvx npx bunx pnpx "
             "entr rlwrap x86_64 i386 i686 linux32 linux64 ssh-agent dbus-run-session gpg-agent "
-            "runcon pg_virtualenv pdb pdb3 chronic daemonize"),
+            "runcon pg_virtualenv pdb pdb3 chronic daemonize "
+            # Process supervisors and init shims, secret and environment injectors.
+            "tini dumb-init catatonit summon corepack "
+            # Sandboxes, containers, other architectures and users.
+            "fakechroot schroot systemd-nspawn nsjail minijail0 sandbox-exec aa-exec lxc-attach "
+            "lxc-execute flatpak-spawn lima wine wine64 box64 box86 run0 "
+            "pfexec sshpass xvfb-run dbus-launch "
+            # Schedulers, limits and tracers.
+            "cgexec numactl cpulimit nocache trickle tsocks torify graftcp "
+            "pasuspender optirun primusrun prime-run gamemoderun mangohud steam-run eatmydata "
+            "systemd-cat systemd-inhibit run-one run-this-one keep-one-running lockrun retry "
+            "nq tsp mpirun mpiexec srun dtach abduco heaptrack multitime pgrphack"),
     **_rows("program", "runs the program named after its first argument",
-            "chroot setarch taskset chrt envdir setuidgid s6-setuidgid", leading=1),
+            "chroot setarch taskset chrt envdir setuidgid s6-setuidgid gosu su-exec envchain "
+            "faketime arch-chroot gdbserver setlock envuidgid s6-envdir distrobox-enter", leading=1),
     # The same, where every option that takes an argument is known: the program is certain.
     **_rows("program", "runs the program named in its arguments", "env",
             code_options=_set("-S --split-string"), arg_options=_set("-u --unset -C --chdir")),
@@ -138,19 +191,75 @@ PROGRAMS: dict[str, Program] = {
                                       "--max-chars --process-slot-var")),
     # Tools that run a program after a subcommand.
     **_rows("subcommand", "runs the program named after its subcommand",
-            "uv pipx poetry pipenv pdm hatch rye conda mamba micromamba",
-            subcommands=_set("run exec tool pip add sync install")),
+            "pipenv pdm hatch rye", subcommands=_set("run exec tool pip add sync install")),
+    # `run` runs the program (or .py file) written after it, with data arguments.
+    **_rows("subcommand", "runs the program named after its subcommand", "uv",
+            subcommands=_set("run exec tool pip add sync install"), wraps=_set("run"),
+            flag_options=_set("--frozen --locked --no-sync --isolated --no-project --active "
+                              "--offline -q --quiet -v --verbose --all-extras --no-dev --exact "
+                              "-n --no-cache --no-editable --no-env-file --all-packages")),
+    **_rows("subcommand", "runs the program named after its subcommand",
+            "poetry pipx conda mamba micromamba",
+            subcommands=_set("run exec tool pip add sync install"), wraps=_set("run")),
     **_rows("subcommand", "runs a package or script named after its subcommand",
-            "npm pnpm yarn bun", subcommands=_set("exec x dlx run run-script test start install "
-                                                  "i add ci")),
+            "npm", subcommands=_set("exec x dlx run run-script test start install i add ci"),
+            data_after_dashes=_set("run run-script test start"),
+            names_script=_set("run run-script")),
+    **_rows("subcommand", "runs a package or script named after its subcommand",
+            "pnpm yarn bun", subcommands=_set("exec x dlx run run-script test start install "
+                                              "i add ci")),
+    # Secret injectors and version managers: the program follows the subcommand (or --).
+    **_rows("subcommand", "runs the program named after its subcommand (with secrets or a "
+            "tool version in its environment)",
+            "op dotenv dotenvx teller pyenv rbenv nodenv goenv jenv plenv phpenv asdf volta "
+            "fnm bundle bundler saml2aws",
+            subcommands=_set("run exec env"), wraps=_set("run exec env")),
+    **_rows("subcommand", "runs the program named after its subcommand (or the command "
+            "given with --command)", "doppler infisical",
+            subcommands=_set("run exec"), wraps=_set("run exec"), code_options=_set("--command")),
+    **_rows("subcommand", "runs the program named after its subcommand and first argument",
+            "aws-vault aws-okta berglas direnv", subcommands=_set("exec allow permit grant"),
+            wraps=_set("exec"), leading=1),
+    **_rows("subcommand", "runs a command (a shell string, a script or a tool) after its "
+            "subcommand", "mise rtx nvm sops chamber pixi",
+            subcommands=_set("exec x run r watch exec-env exec-file shell")),
+    **_rows("subcommand", "runs a command inside a machine or sandbox after its subcommand",
+            "vagrant lxc incus multipass limactl colima minikube machinectl toolbox distrobox "
+            "singularity apptainer gcloud az heroku fly flyctl railway",
+            subcommands=_set("ssh powershell winrm exec shell console run enter ephemeral "
+                             "instance build run-command")),
+    **_rows("subcommand", "installs the package named after its subcommand (its scripts run) "
+            "or runs an application", "apt apt-get aptitude dnf yum zypper apk brew gem snap "
+            "flatpak", subcommands=_set("install reinstall localinstall add upgrade run enter "
+                                        "build")),
+    **_rows("options", "installs the package file it is given (its scripts run)", "dpkg",
+            code_options=_set("-i --install --unpack -x --extract")),
+    **_rows("subcommand", "runs a command on another machine after its subcommand", "aws",
+            subcommands=_set("execute-command send-command start-session")),
+    **_rows("subcommand", "runs code or a development shell after its subcommand", "nix guix",
+            subcommands=_set("run shell develop eval repl build profile bundle environment "
+                             "time-machine")),
+    **_rows("subcommand", "runs code given after its subcommand (runner, console, tinker, shell)",
+            "rails manage.py artisan",
+            subcommands=_set("runner r console c dbconsole db new app tinker shell dbshell "
+                             "shell_plus runscript")),
     **_rows("subcommand", "installs the package named after its subcommand (and runs its "
             "build scripts)", "pip pip3", subcommands=_set("install download wheel")),
-    **_rows("subcommand", "runs the program named after its subcommand", "go cargo",
+    **_rows("subcommand", "runs the program named after its subcommand", "go",
             subcommands=_set("run exec generate test install")),
+    **_rows("subcommand", "runs the program named after its subcommand", "cargo",
+            subcommands=_set("run exec generate test install"),
+            data_after_dashes=_set("run")),
     **_rows("subcommand", "runs the script or code named after its subcommand", "deno",
-            subcommands=_set("run eval repl task x test bench compile serve install")),
+            subcommands=_set("run eval repl task x test bench compile serve install"),
+            wraps=_set("run"),
+            flag_options=_set("-A --allow-all --allow-net --allow-read --allow-write "
+                              "--allow-env --allow-run --allow-sys --allow-ffi --allow-import "
+                              "-q --quiet --no-check --no-prompt --cached-only --no-remote "
+                              "--no-npm")),
     **_rows("subcommand", "runs a command inside a container after its subcommand",
-            "docker podman nerdctl kubectl", subcommands=_set("run exec create debug attach")),
+            "docker podman nerdctl kubectl docker-compose crictl ctr oc k3s microk8s",
+            subcommands=_set("run exec create debug attach rsh runp")),
     # Shells: the script is code.
     **_rows("shell", "runs its script (the text after -c, or the file) as code",
             "sh bash dash zsh ksh ksh93 mksh pdksh ash yash posh rbash fish csh tcsh rc es oksh "
@@ -180,13 +289,23 @@ PROGRAMS: dict[str, Program] = {
     **_rows("text", "runs the text after -c (or the module after -m) as code", "python",
             code_options=_set("-c -m"), arg_options=_set("-W -X"), after_code="data"),
     **_rows("text", "runs the text after -e as code", "Rscript", code_options=_set("-e")),
+    **_rows("text", "runs the class or jar it names as code (after -jar, -m or its options)",
+            "java", code_options=_set("-jar -m --module"),
+            arg_options=_set("-cp -classpath --class-path -p --module-path --add-modules "
+                             "--add-opens --add-exports --add-reads --limit-modules"),
+            after_code="data"),
+    **_rows("text", "runs the text after -e as code (and reads options after it)",
+            "ts-node tsx groovy elixir", code_options=_set("-e --eval -p --print"),
+            arg_options=_set("-r --require")),
     # Options of these run a program: a value must not be able to become an option.
     **_rows("options", "has options that run a program (-c core.pager=…, --upload-pack=…, "
             "grep -O…)", "git",
             code_options=_set("-c --config-env --exec-path --upload-pack -u --receive-pack "
-                              "--exec -x --extcmd -O --open-files-in-pager"),
+                              "--exec -x --extcmd -O --open-files-in-pager --config "
+                              "--template"),
             arg_options=_set("-C -c --git-dir --work-tree --namespace --config-env"),
-            value_options=_set("-C commit:-m commit:--message merge:-m merge:--message "
+            value_options=_set("-C --author --committer --since --until --after --before "
+                               "--grep commit:-m commit:--message merge:-m merge:--message "
                                "stash:-m stash:--message tag:-m tag:--message "
                                "archive:-o archive:--output"),
             data_subcommands=_set("checkout switch status rev-parse describe show-ref branch"),
@@ -210,6 +329,11 @@ PROGRAMS: dict[str, Program] = {
             code_options=_set("--diff-program")),
     **_rows("options", "has options that run a program (--config hooks.…=…)", "hg",
             code_options=_set("--config")),
+    **_rows("options", "has options that run a program (--renderer-cmd-prefix=…, "
+            "--gpu-launcher=…)", "chromium chromium-browser google-chrome google-chrome-stable "
+            "chrome microsoft-edge brave-browser",
+            code_options=_set("--renderer-cmd-prefix --utility-cmd-prefix --gpu-launcher "
+                              "--browser-subprocess-path --ppapi-plugin-launcher")),
 }
 
 #: Other names of programs in the table (versions, Debian's alternatives), by pattern.
@@ -218,6 +342,7 @@ _ALIASES = [(re.compile(p), name) for p, name in [
     (r"(?:tclsh|wish)[0-9.]*", "tclsh"), (r"vim?\.[\w-]+", "vim"), (r"php[0-9.]*", "php"),
     (r"lua[0-9.]*", "lua"), (r"ruby[0-9.]*", "ruby"), (r"node[0-9]*", "node"),
     (r"ld(?:-linux[\w.-]*)?\.so(?:\.[0-9]+)*", "x86_64"), (r"gawk[0-9.-]*", "gawk"),
+    (r"qemu-[\w.-]+", "x86_64"), (r"java[0-9.]*", "java"),
 ]]
 # Files a program reads its standard input through (``bash /dev/stdin``), normalised.
 _STDIN_PATH = re.compile(r"(?:^|/)dev/stdin|/fd/0")

@@ -249,8 +249,6 @@ def test_a_secret_named_by_a_trigger_field_is_a_definition_error():
                              bearer=secret(trigger.body)))  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, reason="finding 2: env={'PATH': trigger.body} lets a trigger "
-                   "choose the program server_command starts")
 def test_a_trigger_field_cannot_choose_the_server_program_through_path(tmp_path: Path):
     evil = tmp_path / "evil-bin"
     evil.mkdir()
