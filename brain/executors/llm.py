@@ -36,6 +36,7 @@ from brain.executors.llm_schema import (
     reask_text,
     refuses_json_schema,
     response_format,
+    warm_checker,
 )
 
 if TYPE_CHECKING:
@@ -244,6 +245,7 @@ class LlmExecutor:
         keeps the last answer as its output.
         """
         body: dict[str, Any] = prepared.payload["body"]
+        warm_checker(spec)  # it starts while the model answers
         content = await self._ask(prepared.payload, body, ctx.log)
         if spec.output_schema is None:
             return StepOutput(output=content)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from brain._errors import StepFailed
 from brain._secrets import longest, scrub
 from brain.dsl.model import LlmStepSpec
-from brain.executors.llm_schema_check import CheckTookTooLong, check_apart, verdict
+from brain.executors.llm_schema_check import CheckTookTooLong, check_apart, verdict, warm
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -100,6 +100,13 @@ def _check_schema(schema: dict[str, Any], text: str) -> tuple[str | None, str]:
     if broken:  # a $ref that cannot be resolved, say: no answer could pass
         raise StepFailed(f"the schema cannot be checked: {short(reason)}", retryable=False)
     return output, short(reason) if output is None else ""
+
+
+def warm_checker(spec: LlmStepSpec) -> None:
+    """Before a structured step's request: have a checking child start meanwhile (a JSON
+    Schema dict's answers are checked in one)."""
+    if spec.schema_model is None and spec.output_schema is not None:
+        warm()
 
 
 async def checked_answer_apart(spec: LlmStepSpec, text: str) -> tuple[str | None, str]:

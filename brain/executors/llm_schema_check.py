@@ -145,6 +145,15 @@ def _take() -> _Child:
     return _Child()
 
 
+def warm() -> None:
+    """Start a child now if none is idle, so that it is ready (its imports take about
+    0.2 s) by the time a model's answer comes to be checked."""
+    with _lock:
+        if _idle:
+            return
+        _idle.append(_Child())
+
+
 def _give_back(child: _Child) -> None:
     with _lock:
         if len(_idle) < KEEP_IDLE:
@@ -154,12 +163,12 @@ def _give_back(child: _Child) -> None:
 
 
 def _end_idle() -> None:
-    """At exit: let idle children go (they would also see their stdin close)."""
+    """At exit: end idle children (they hold no work; one may still be starting)."""
     with _lock:
         children = list(_idle)
         _idle.clear()
     for child in children:
-        child.end(kill=False)
+        child.end(kill=True)
 
 
 async def check_apart(schema: dict[str, Any], text: str,
