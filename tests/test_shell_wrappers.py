@@ -182,6 +182,18 @@ def test_uv_run_of_a_placeholder_is_refused(options: list[str], dashes: bool,
     assert shell_problem(f"uv run {' '.join(options)} python -c {{x}}") is not None
 
 
+@pytest.mark.parametrize(("template", "accepted"), [
+    ("echo {x} | uv run script.py", True), ("uv run tools/load.py < {x}", True),
+    ("echo {x} | uv run --with rich report.py --quiet", True),
+    ("echo {x} | uv run python", False), ("echo {x} | uv run -- sh", False),
+    ("uv run python3 <<< {x}", False), ("echo {x} | uv run", False),
+    ("echo {x} | op run -- ./deploy.sh", True), ("echo {x} | op run -- bash", False),
+])
+def test_what_uv_run_reads_from_its_input_is_judged_by_the_program_it_runs(
+        template: str, accepted: bool) -> None:
+    assert (shell_problem(template) is None) is accepted, shell_problem(template)
+
+
 NPM_SCRIPTS = st.sampled_from(["run build", "run lint", "run-script deploy", "test", "start",
                                "run --silent build"])
 

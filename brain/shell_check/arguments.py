@@ -187,8 +187,17 @@ class _Arguments:
         if row.runs == "names" and not how.startswith("the name"):
             raise _Refused(f"a here-string read by {base}, which assigns it to a variable "
                            f"(like NAME={{x}})")
-        if row.runs == "subcommand" and self.running_subcommand(row, words) is None:
+        running = self.running_subcommand(row, words) if row.runs == "subcommand" else None
+        if row.runs == "subcommand" and running is None:
             return  # docker login --password-stdin: a subcommand that reads data
+        if running in row.wraps:
+            # echo {x} | uv run script.py: what the program written out does with its input
+            rest = words[next(i for i, w in enumerate(words) if _literal(w) == running) + 1:]
+            for program, after, certain in self.wrapped_candidates(base, row, rest):
+                self.check_reader(program.rsplit("/", 1)[-1], after, how)
+                if certain:
+                    return
+            raise self.stdin_refusal(how, f"{base} {running}")
         if row.runs in ("code", "names", "program", "subcommand") or \
                 not self.has_program_text(base, row, words):
             raise self.stdin_refusal(how, base)
