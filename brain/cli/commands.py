@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import os
 import signal
 import sys
@@ -20,6 +19,7 @@ from brain.cli.checking import cmd_check
 from brain.cli.deciding import cmd_approve, cmd_signal
 from brain.cli.follow import LinePrinter, cmd_logs
 from brain.cli.startup import only_reads, require_database
+from brain.cli.terminal import json_text
 
 if TYPE_CHECKING:
     from brain.results import RunResult, StepResult
@@ -122,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 130
         raise
     if args.json:
-        render.write_stdout(json.dumps(result.to_json_dict(), ensure_ascii=False) + "\n")
+        render.write_stdout(json_text(result.to_json_dict()) + "\n")
     else:
         render.run_summary(result)
     if result.status == "failed" and wf.failure_handlers:
@@ -193,8 +193,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     results = in_store(lambda store: store.list_runs(workflow=args.workflow, status=args.status,
                                                       limit=args.limit))
     if args.json:
-        render.write_stdout(json.dumps([r.to_json_dict() for r in results], ensure_ascii=False)
-                            + "\n")
+        render.write_stdout(json_text([r.to_json_dict() for r in results]) + "\n")
     elif not results:  # say where: an unexpected database is the likely surprise
         from brain.store.urls import default_url, shown_database
 
@@ -211,7 +210,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``brain show``: one run and its steps, as text or JSON."""
     result = in_store(lambda store: store.get_run(args.run_id))
     if args.json:
-        render.write_stdout(json.dumps(result.to_json_dict(), ensure_ascii=False) + "\n")
+        render.write_stdout(json_text(result.to_json_dict()) + "\n")
     else:
         render.run_detail(result)
     return 0
@@ -237,7 +236,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
 
     rows = describe_workers(in_store(lambda store: store.list_workers()), lease_seconds())
     if args.json:
-        render.write_stdout(json.dumps(rows, indent=2) + "\n")
+        render.write_stdout(json_text(rows, indent=2) + "\n")
         return 0
     render.workers(rows)
     return 0
@@ -349,7 +348,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         tools = asyncio.run(list_tools(url=args.url, headers=_headers(args),
                                        transport=args.transport))
     if args.json:
-        render.write_stdout(json.dumps(tools, ensure_ascii=False) + "\n")
+        render.write_stdout(json_text(tools) + "\n")
     else:
         render.tools(tools)
     return 0

@@ -2,19 +2,20 @@
 ``brain run`` prints as its steps write them.
 
 Each line is printed as ``STEP | TEXT`` (the names padded to one width), the way
-``docker compose logs`` prints its services' lines. Control characters a step wrote
-(a terminal's escape sequences among them) are shown, not obeyed.
+``docker compose logs`` prints its services' lines; a line the step wrote to its standard
+error as ``STEP ! TEXT``. Control characters a step wrote (a terminal's escape sequences
+among them) are shown, not obeyed (:func:`brain.cli.terminal.shown`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING
 
+from brain.cli.terminal import shown
 from brain.results import FINISHED_RUN, FINISHED_STEP, LogLine, RunResult
 
 if TYPE_CHECKING:
@@ -23,13 +24,10 @@ if TYPE_CHECKING:
 
 #: How often ``--follow`` looks for new lines.
 FOLLOW_SECONDS = 0.5
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
-
-def _shown(text: str) -> str:
-    """``text`` with control characters as their code (``\\x1b``), so none reaches the
-    terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+#: What sets a line's text off from its step's name: ``!`` for what the step wrote to its
+#: standard error (readable without colours), ``|`` for the rest.
+SEPARATORS = {"stderr": "!"}
 
 
 class LinePrinter:
@@ -43,10 +41,11 @@ class LinePrinter:
     def print_lines(self, step: str, lines: Iterable[LogLine]) -> None:
         """Print ``lines`` of ``step``."""
         self.width = max(self.width, len(step))
-        prefix = f"{step:<{self.width}} | "
+        name = shown(f"{step:<{self.width}}")
         out = self.stream or sys.stdout
         try:
-            out.write("".join(f"{prefix}{_shown(ln.text)}\n" for ln in lines))
+            out.write("".join(f"{name} {SEPARATORS.get(ln.stream, '|')} {shown(ln.text)}\n"
+                              for ln in lines))
             out.flush()
         except BrokenPipeError:  # `| head` closed: the CLI ends quietly (see brain.cli)
             raise
@@ -88,11 +87,22 @@ async def show_logs(store: Store, run_id: str, step: str | None, follow: bool) -
                 after[name] = lines[-1].seq
                 lines = await store.read_log(run.run_id, name, after=after[name])
         if not follow or ended:
+            if not any(after.values()):
+                _say_no_lines(run, step, follow)
             return 0
         await asyncio.sleep(FOLLOW_SECONDS)
         run = await store.get_run(run.run_id)
         names += [n for n in run.steps if step is None and n not in after]  # new instances
         after.update({n: 0 for n in names if n not in after})
+
+
+def _say_no_lines(run: RunResult, step: str | None, follow: bool) -> None:
+    """Say on stderr that there was nothing to print (stdout stays empty, as data)."""
+    from brain.cli import render
+
+    whose = f"step {step!r} of run {run.run_id}" if step is not None else f"run {run.run_id}"
+    render.note(f"no log lines for {whose}" + ("" if follow or _has_ended(run, step)
+                                              else " yet (--follow waits for them)"))
 
 
 def _has_ended(run: RunResult, step: str | None) -> bool:

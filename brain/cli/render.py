@@ -1,7 +1,12 @@
-"""Terminal output for the CLI (rich): progress on stderr, tables and details."""
+"""Terminal output for the CLI (rich): progress on stderr, tables and details.
+
+Markup (colours, bold) is written here only; text that comes from a run, a workflow or a
+server goes in as :func:`data` (a ``rich.text.Text``: never read as markup, its control
+characters shown as codes by :func:`brain.cli.terminal.shown`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -10,16 +15,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from brain.cli import silence
+from brain.cli.terminal import shown
 from brain.results import FINISHED_STEP
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from brain.dsl.model import WorkflowGraph
-    from brain.results import RunResult
+    from brain.results import RunResult, StepResult
     from brain.runner.events import StepEvent
     from brain.workflow import Workflow
 
@@ -72,6 +78,19 @@ def plural(count: int, word: str, many: str | None = None) -> str:
     return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
+def data(text: object, style: str = "") -> Text:
+    """Text from a run, a workflow, a server or the user, ready to print: its control
+    characters shown as codes (``\\x1b``), its brackets never read as markup."""
+    return Text(shown(str(text)), style=style)
+
+
+def line(*parts: str | Text) -> Text:
+    """One printed line of ``parts``: markup written in this module (``str``) and
+    :func:`data` (``Text``), side by side."""
+    return Text.assemble(*(p if isinstance(p, Text) else Text.from_markup(p, emoji=False)
+                           for p in parts))
+
+
 def write_stdout(text: str) -> None:
     """Write ``text`` to stdout as is (data, not markup) and flush it; a reader that has
     gone away (``| head``, ``| true``) ends the output quietly."""
@@ -89,37 +108,77 @@ _STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running
           "queued": "dim", "skipped": "dim", "pending": "dim", "waiting": "magenta"}
 
 
+def write_data(text: str) -> None:
+    """Write a run's output to stdout: as is into a pipe or a file (it is data), with its
+    control characters shown as codes on a terminal (a person reads it there)."""
+    try:
+        terminal = sys.stdout.isatty()
+    except (OSError, ValueError):  # a closed stream
+        terminal = False
+    write_stdout(shown(text) if terminal else text)
+
+
 def error(message: str) -> None:
     """An error line on stderr (no traceback)."""
-    err.print(f"[red]error:[/] {escape(message)}")
+    err.print(line("[red]error:[/] ", data(message)))
 
 
 def warning(message: str) -> None:
     """A warning line on stderr."""
-    err.print(f"[yellow]warning:[/] {escape(message)}")
+    err.print(line("[yellow]warning:[/] ", data(message)))
 
 
 def ok(message: str) -> None:
     """A plain confirmation on stderr."""
-    err.print(escape(message))
+    err.print(data(message))
 
 
 def result(message: str, *, dim: bool = False) -> None:
     """A line of a command's result on stdout (``brain check``'s verdicts)."""
-    out.print(f"[dim]{escape(message)}[/]" if dim else escape(message))
+    out.print(data(message, "dim" if dim else ""))
 
 
 def note(message: str) -> None:
     """A line of information on stderr, set off from the run's own lines."""
-    err.print(f"[cyan]note:[/] {escape(message)}")
+    err.print(line("[cyan]note:[/] ", data(message)))
 
 
-def _preview(text: str | None, width: int = 60) -> str:
-    if not text:
-        return ""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    more = "…" if len(line) > width or "\n" in text.strip() else ""
-    return escape(line[:width]) + more
+#: The largest output ``brain show`` reads as JSON for its preview (a longer one shows its
+#: first line).
+PREVIEW_JSON_CHARS = 1_000_000
+
+
+def preview(text: str | None, width: int = 60) -> Text:
+    """An output in at most ``width`` characters (and ``…``): a JSON object or array on one
+    line, compacted; any other text's first line."""
+    stripped = (text or "").strip()
+    if not stripped:
+        return Text("")
+    compact = _compact_json(stripped)
+    if compact is not None:
+        first, more = shown(compact), False
+    else:  # escaped first: a vertical tab or a form feed is shown, not taken for a line end
+        lines = shown(_lines_ended(stripped)).strip().split("\n")
+        first, more = lines[0], len(lines) > 1
+    if len(first) > width:
+        first, more = first[:width], True
+    return Text(first + ("…" if more else ""))
+
+
+def _lines_ended(text: str) -> str:
+    """``text`` with its lines ended by ``\\n`` alone (``\\r\\n`` is one line end, not a
+    control character to show)."""
+    return text.replace("\r\n", "\n")
+
+
+def _compact_json(text: str) -> str | None:
+    """``text`` as one line of JSON when it is a JSON object or array (else ``None``)."""
+    if text[0] not in "{[" or len(text) > PREVIEW_JSON_CHARS:
+        return None
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, separators=(", ", ": "))
+    except (ValueError, RecursionError):  # not JSON after all, or nested too deep to read
+        return None
 
 
 class Progress:
@@ -139,7 +198,7 @@ class Progress:
 
     def _header(self) -> None:
         self._header_shown = True
-        err.print(f"[bold]{escape(self.wf.name)}[/] · {plural(len(self.wf.spec.steps), 'step')}")
+        err.print(line(data(self.wf.name, "bold"), f" · {plural(len(self.wf.spec.steps), 'step')}"))
 
     def __call__(self, event: StepEvent) -> None:
         if event.step in self._ended:
@@ -148,16 +207,16 @@ class Progress:
             self._ended.add(event.step)
         if not self._header_shown:
             self._header()
-        mark = _MARK.get(event.status, event.status)
-        name = escape(event.step)
+        mark = line(_MARK[event.status]) if event.status in _MARK else data(event.status)
+        name = data(event.step)
         took = f" [dim]{event.seconds:.2f}s[/]" if event.seconds is not None else ""
         if event.status == "running":
-            err.print(f"  {mark} {name} [dim]({event.kind})[/]")
+            err.print(line("  ", mark, " ", name, " ", data(f"({event.kind})", "dim")))
         elif event.status in ("failed", "retrying"):
             tries = f" [dim](try {event.tries})[/]" if event.tries > 1 or event.status == "retrying" else ""
-            err.print(f"  {mark} {name}{took}{tries}: [red]{escape(event.error or '')}[/]")
+            err.print(line("  ", mark, " ", name, f"{took}{tries}: ", data(event.error or "", "red")))
         else:
-            err.print(f"  {mark} {name} {event.status}{took}")
+            err.print(line("  ", mark, " ", name, f" {event.status}{took}"))
 
 
 def run_summary(result: RunResult) -> None:
@@ -168,10 +227,10 @@ def run_summary(result: RunResult) -> None:
         took = f" in {(result.ended_at - result.started_at).total_seconds():.2f}s"
     last = [s for s in result.steps.values() if s.status == "succeeded"]
     if result.succeeded and last and last[-1].output:
-        write_stdout(last[-1].output + "\n")  # data, written as is
-    err.print(f"run [bold]{result.run_id[:12]}[/] [{style}]{result.status}[/]{took}"
-              + (f": {escape(result.error)}" if result.error else "")
-              + f"  [dim](brain show {result.run_id[:12]})[/]")
+        write_data(last[-1].output + "\n")
+    err.print(line(f"run [bold]{result.run_id[:12]}[/] [{style}]{result.status}[/]{took}",
+                   *((": ", data(result.error)) if result.error else ()),
+                   f"  [dim](brain show {result.run_id[:12]})[/]"))
 
 
 def _table() -> Table:
@@ -206,41 +265,71 @@ def runs_table(results: list[RunResult]) -> None:
     for r in results:
         took = (f"{(r.ended_at - r.started_at).total_seconds():.2f}s"
                 if r.started_at and r.ended_at else "")
-        workflow = escape(r.workflow) + (f" [dim]key {escape(r.concurrency_key)}[/]"
-                                         if r.concurrency_key is not None else "")
+        workflow = data(r.workflow)
+        if r.concurrency_key is not None:
+            workflow = line(workflow, " ", data(f"key {r.concurrency_key}", "dim"))
         table.add_row(r.run_id[:12], workflow,
-                      f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]", r.trigger.event,
-                      _when(r.started_at or r.created_at), took, escape((r.error or "")[:60]))
+                      f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]", data(r.trigger.event),
+                      _when(r.started_at or r.created_at), took,
+                      Text(shown(r.error or "")[:60]))
     print_table(table)
 
 
 def run_detail(r: RunResult) -> None:
     """``brain show``."""
-    out.print(f"[bold]run {r.run_id}[/]  {escape(r.workflow)}  "
-              f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]")
-    body = f"  body: {_preview(r.trigger.body)}" if r.trigger.body else ""
-    path = f"  path: {escape(r.trigger.path)}" if r.trigger.path else ""
-    out.print(f"trigger: {r.trigger.event}{body}{path}")
+    out.print(line(f"[bold]run {r.run_id}[/]  ", data(r.workflow),
+                   f"  [{_STYLE.get(str(r.status), '')}]{r.status}[/]"))
+    if r.retry_of:
+        out.print(line("retry of run ", data(r.retry_of)))
+    body = ("  body: ", preview(r.trigger.body)) if r.trigger.body else ()
+    path = ("  path: ", data(r.trigger.path)) if r.trigger.path else ()
+    out.print(line("trigger: ", data(r.trigger.event), *body, *path))
     if r.concurrency_key is not None:
-        out.print(f"concurrency key: {escape(repr(r.concurrency_key))}")
-    out.print(f"created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}")
+        out.print(line("concurrency key: ", data(repr(r.concurrency_key))))
+    since = waiting_since(r)
+    end = f"waiting since {_when(since)}" if since else f"ended {_when(r.ended_at)}"
+    out.print(f"created {_when(r.created_at)}  started {_when(r.started_at)}  {end}")
     if r.error:
-        out.print(f"[red]error:[/] {escape(r.error)}")
+        out.print(line("[red]error:[/] ", data(r.error)))
     table = _table()
     for col in ("step", "kind", "status", "tries", "took", "output / error"):
         table.add_column(col)
     for s in r.steps.values():
         took = (f"{(s.ended_at - s.started_at).total_seconds():.2f}s"
                 if s.started_at and s.ended_at else "")
-        detail = f"[red]{escape(s.error)}[/]" if s.error else _preview(s.output)
-        table.add_row(escape(s.name), s.kind, f"[{_STYLE.get(str(s.status), '')}]{s.status}[/]",
-                      str(s.tries), took, detail)
+        skipped = skip_reason(r, s)
+        detail = (data(skipped, "dim") if skipped else data(s.error, "red") if s.error
+                  else preview(s.output))
+        table.add_row(data(s.name), data(s.kind),
+                      f"[{_STYLE.get(str(s.status), '')}]{s.status}[/]", str(s.tries), took, detail)
     print_table(table)
     for s in r.steps.values():
         if s.status in ("failed", "cancelled") and (s.output or s.stderr):
             _what_it_printed(s.name, s.output, s.stderr)
     usage_and_progress(r)
     waits_and_decisions(r)
+
+
+def waiting_since(r: RunResult) -> datetime | None:
+    """Since when a waiting run has had nothing to do but wait: the latest of its waiting
+    steps' starts and its other steps' ends (``None`` for a run that is not waiting)."""
+    if r.status != "waiting":
+        return None
+    times = [s.started_at if s.status == "waiting" else s.ended_at for s in r.steps.values()]
+    return max((t for t in times if t is not None), default=None)
+
+
+def skip_reason(r: RunResult, s: StepResult) -> str | None:
+    """Why a step that never started was skipped when its run failed, ``skipped: step 'x'
+    failed`` (``None`` for any other step: a step skipped by its condition has its reason as
+    its error). The reason is read from the run: the step its error names, else the first
+    that failed."""
+    if s.status != "skipped" or s.error or r.status != "failed":
+        return None
+    failed = [x.name for x in r.steps.values() if x.status == "failed"]
+    named = [n for n in failed if (r.error or "").startswith(f"step {n!r} failed")]
+    culprits = named or failed
+    return f"skipped: step {culprits[0]!r} failed" if culprits else "skipped: the run failed"
 
 
 def usage_text(usage: Mapping[str, int]) -> str:
@@ -260,9 +349,9 @@ def usage_and_progress(r: RunResult) -> None:
 
     for s in r.steps.values():
         if s.usage:
-            out.print(f"[bold]{escape(s.name)}[/]: tokens {usage_text(s.usage)}")
+            out.print(line(data(s.name, "bold"), f": tokens {usage_text(s.usage)}"))
         if s.progress:
-            out.print(f"[bold]{escape(s.name)}[/]: {escape(progress_text(s.progress))}")
+            out.print(line(data(s.name, "bold"), ": ", data(progress_text(s.progress))))
     total = r.usage_total()
     if total is not None:
         out.print(f"tokens in all: {usage_text(total)}")
@@ -275,9 +364,9 @@ def waits_and_decisions(r: RunResult) -> None:
 
     for s in r.steps.values():
         if s.status == "waiting" and s.waiting_for:
-            out.print(f"[magenta]waiting:[/] {escape(waiting_text(r.run_id, s))}")
+            out.print(line("[magenta]waiting:[/] ", data(waiting_text(r.run_id, s))))
         if s.decision:
-            out.print(f"[bold]{escape(s.name)}[/]: {escape(decision_text(s.decision))}")
+            out.print(line(data(s.name, "bold"), ": ", data(decision_text(s.decision))))
 
 
 def decision_text(decision: dict[str, object]) -> str:
@@ -301,20 +390,21 @@ def _what_it_printed(name: str, output: str | None, stderr: str | None) -> None:
     """A failed or cancelled step's output and stderr, beside its error (their last lines;
     ``brain logs`` has the whole log)."""
     for label, text in (("output", output), ("stderr", stderr)):
-        lines = (text or "").rstrip("\n").splitlines()
-        if not lines:
+        printed = shown(_lines_ended(text or "")).rstrip("\n")
+        if not printed:
             continue
+        lines = printed.split("\n")
         more = len(lines) - SHOWN_LINES
-        out.print(f"{label} of [bold]{escape(name)}[/]"
-                  + (f" [dim](last {SHOWN_LINES} of {len(lines)} lines)[/]" if more > 0 else "")
-                  + ":")
-        for line in lines[-SHOWN_LINES:]:
-            out.print(f"  {escape(line)}", highlight=False)
+        out.print(line(f"{label} of ", data(name, "bold"),
+                       f" [dim](last {SHOWN_LINES} of {len(lines)} lines)[/]" if more > 0 else "",
+                       ":"))
+        for each in lines[-SHOWN_LINES:]:
+            out.print(Text(f"  {each}"))  # escaped above
 
 
 def graph(wf: Workflow) -> None:
     """``brain graph`` as text: each step and what it waits for."""
-    out.print(f"[bold]{escape(wf.name)}[/]")
+    out.print(data(wf.name, "bold"))
     waits: dict[str, list[str]] = {n: [] for n in wf.graph.nodes}
     for up, down in wf.graph.edges:
         waits[down].append(up)
@@ -322,12 +412,13 @@ def graph(wf: Workflow) -> None:
     for name in wf.graph.nodes:
         group = blocks.get(name)
         if group is not None and group.steps[0] == name:
-            out.print(f"  [cyan]{escape(group.label)}[/] [dim]({group.max_parallel} at a time)[/]")
+            out.print(line("  ", data(group.label, "cyan"),
+                           f" [dim]({group.max_parallel} at a time)[/]"))
         indent = "    " if group is not None else "  "
-        after = f"  [dim]← {', '.join(waits[name])}[/]" if waits[name] else ""
+        after = data(f"  ← {', '.join(waits[name])}", "dim") if waits[name] else Text("")
         conditions = wf.graph.conditions.get(name)
-        when = f"  [yellow]when {escape(' and '.join(conditions))}[/]" if conditions else ""
-        out.print(f"{indent}{escape(name)}{when}{after}")
+        when = data(f"  when {' and '.join(conditions)}", "yellow") if conditions else Text("")
+        out.print(line(indent, data(name), when, after))
 
 
 def mermaid(graph: WorkflowGraph) -> str:
@@ -367,25 +458,24 @@ def workers(rows: list[dict[str, Any]]) -> None:
         return
     for w in rows:
         state = "LOST" if w["lost"] else "alive"
-        write_stdout(f"{w['kind']:<6} {w['host']}:{w['pid']:<8} {state:<5} "
-                     f"executing {w['executing']:<3} last heartbeat "
-                     f"{w['silent_seconds']:.0f}s ago  started {w['started_at'][:19]}\n")
+        write_stdout(shown(f"{w['kind']:<6} {w['host']}:{w['pid']:<8} {state:<5} "
+                           f"executing {w['executing']:<3} last heartbeat "
+                           f"{w['silent_seconds']:.0f}s ago  started {w['started_at'][:19]}")
+                     + "\n")
 
 
 def tools(listing: list[dict[str, Any]]) -> None:
     """``brain mcp tools``: each tool, its description and its input schema."""
-    import json
-
     if not listing:
         err.print("the server offers no tools")
         return
     for tool in listing:
-        out.print(f"[bold]{escape(tool['name'])}[/]")
+        out.print(data(tool.get("name", ""), "bold"))
         if tool.get("description"):
-            for line in str(tool["description"]).strip().splitlines():
-                out.print(f"  {escape(line)}")
+            for described in str(tool["description"]).strip().splitlines():
+                out.print(data(f"  {described}"))
         schema = json.dumps(tool.get("inputSchema") or {}, indent=2, ensure_ascii=False)
         out.print("  input schema:")
-        for line in schema.splitlines():
-            out.print(f"    {escape(line)}")
+        for part in schema.splitlines():
+            out.print(data(f"    {part}"))
         out.print("")

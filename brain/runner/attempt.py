@@ -199,6 +199,7 @@ class StepRunner:
                 return Outcome(spec.name, True)
             message = stored_text(result.message, secrets) or "failed"
             if result.retryable and attempt <= spec.retries:
+                await state.writer.flush()  # the try's lines first, then its retry
                 self.recorder.emit(spec.name, "retrying", state.tries, message)
                 delay = max(spec.retry_delay_seconds * 2 ** (attempt - 1), result.retry_after or 0.0)
                 state.writer.log.say(f"try {state.tries} failed: {message}; "

@@ -51,6 +51,19 @@ class LogWriter:
             with contextlib.suppress(Exception):
                 self.on_log(LogEvent(self.run_id, self.step, batch.lines))
 
+    async def flush(self) -> None:
+        """Store (and tell ``on_log`` of) the lines made so far, now: a try that will be
+        tried again has its lines shown before the notice that it will be."""
+        if self.writing is not None:  # shielded: a cancel of the step must not cancel it
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.writing)
+        if self.closed or not self.log.fed_since_take:
+            return
+        writing = asyncio.ensure_future(_write_round([(self, self.log.take())]))
+        self.writing = writing  # a close waits for it
+        with contextlib.suppress(Exception):
+            await asyncio.shield(writing)
+
     async def close(self) -> None:
         """Store what is left (call once the step's work ended); nothing if it printed
         nothing."""

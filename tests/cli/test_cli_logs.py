@@ -37,7 +37,7 @@ def test_show_logs_and_run_say_what_a_failed_step_printed(tmp_path: Path,
     assert run.returncode == 1
     lines = run.stderr.splitlines()
     assert "greet | hello from a step" in lines
-    assert "tests | collected 3 items" in lines and "tests | E assert 1 == 2" in lines
+    assert "tests | collected 3 items" in lines and "tests ! E assert 1 == 2" in lines
     assert "tests | esc \\x1b[31mred" in lines  # a terminal's escape is shown, not obeyed
     assert "\x1b[31m" not in run.stderr
 
@@ -59,7 +59,7 @@ def test_show_logs_and_run_say_what_a_failed_step_printed(tmp_path: Path,
     every = brain(brain_cmd, "logs", run_id, cwd=tmp_path)
     assert every.returncode == 0, every.stderr
     assert every.stdout.splitlines()[0] == "greet | hello from a step"
-    assert {"tests | collected 3 items", "tests | E assert 1 == 2",
+    assert {"tests | collected 3 items", "tests ! E assert 1 == 2",
             "tests | FAILED test_x"} <= set(every.stdout.splitlines())
     one = brain(brain_cmd, "logs", run_id, "greet", cwd=tmp_path)
     assert one.stdout == "greet | hello from a step\n"

@@ -124,7 +124,7 @@ def test_a_running_steps_lines_reach_the_api_the_events_and_brain_logs(tmp_path:
                                text=True, cwd=tmp_path)
         assert cli.stdout is not None
         first = cli.stdout.readline()
-        assert first.rstrip("\n") in ("talk | first line", "talk | a warning"), first
+        assert first.rstrip("\n") in ("talk | first line", "talk ! a warning"), first
         wait_for(lambda: "first line" in log_texts(followed), "the follower's first lines")
         assert not marker.exists()  # all of the above came while the step was still waiting
 
@@ -132,7 +132,7 @@ def test_a_running_steps_lines_reach_the_api_the_events_and_brain_logs(tmp_path:
         rest = cli.stdout.read()  # (through the same buffer as the first line)
         assert cli.wait(60) == 0, cli.stderr.read() if cli.stderr else ""
         lines = [first.rstrip("\n"), *rest.splitlines()]
-        assert sorted(lines) == ["talk | a warning", "talk | first line", "talk | last line"]
+        assert sorted(lines) == ["talk ! a warning", "talk | first line", "talk | last line"]
         follower.join(60)
         assert not follower.is_alive()
         assert log_texts(followed)[-1] == "last line"
