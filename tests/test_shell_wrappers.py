@@ -231,3 +231,30 @@ def test_npm_passes_the_words_after_its_dashes_to_the_script_as_data(tmp_path: P
     unsafe = render("printf '[%s]' {x}", lambda ref: f"$(touch {marker})", shell_quote=False)
     subprocess.run(["dash", "-c", unsafe], cwd=tmp_path, timeout=10, capture_output=True)
     assert marker.exists()
+
+
+# --- git config: a key may name a program git runs later ----------------------------------
+
+@pytest.mark.parametrize(("template", "accepted"), [
+    ("git config core.fsmonitor ./{x}", False), ("git config core.sshCommand ssh-{x}", False),
+    ("git -C repo config alias.deploy ./{x}", False), ("git config credential.helper ./{x}", False),
+    ("git config --file f.cfg core.pager ./{x}", False), ("git config --get {x}", False),
+    ('git config user.name "Bot {x}"', True), ("git config --global user.email ci-{x}@example.com", True),
+    ("git config init.defaultBranch main-{x}", True),
+])
+def test_git_config_takes_a_placeholder_only_for_keys_that_are_data(template: str,
+                                                                    accepted: bool) -> None:
+    assert (shell_problem(template) is None) is accepted, shell_problem(template)
+
+
+@pytest.mark.skipif(not shutil.which("git"), reason="needs git")
+def test_without_the_check_a_git_config_value_runs_on_the_next_git_status(tmp_path: Path) -> None:
+    """Why: core.fsmonitor names a program git status runs (through a shell)."""
+    marker = tmp_path / "MARK"
+    env = {**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", "repo"], cwd=tmp_path, env=env, check=True, timeout=30)
+    command = render("git -C repo config core.fsmonitor ./{x} && git -C repo status",
+                     lambda ref: f"x; touch {marker}", shell_quote=True)
+    subprocess.run(["dash", "-c", command], cwd=tmp_path, env=env, capture_output=True,
+                   timeout=30)
+    assert marker.exists()

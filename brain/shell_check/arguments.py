@@ -39,6 +39,10 @@ _PINNED = re.compile(r"""["']?[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]*\])
                      r"(?:===|==|>=|<=|~=|!=|<|>)")
 
 
+# git config keys whose value is data (a name, an address, a branch name).
+_GIT_DATA_KEYS = frozenset({"user.name", "user.email", "init.defaultbranch"})
+
+
 class _Arguments:
     """The checks of a command's words and input, for one placeholder's marker (a word
     holding ``prefix`` is hostile: it holds a value)."""
@@ -476,6 +480,17 @@ class _Arguments:
         return running not in row.names_script or any(
             lit is not None and not lit.startswith("-") for lit in before)
 
+    def check_git_config(self, words: list[Node]) -> None:
+        """``git config KEY {x}``: only keys that are data take a placeholder; others may
+        name a program git runs later (``core.fsmonitor`` on ``git status``,
+        ``core.sshCommand``, ``alias.*``, ``credential.helper``)."""
+        key = _git_config_key(words)
+        if key is None or key.lower() not in _GIT_DATA_KEYS:  # a marker is no data key
+            raise _Refused("a value of git config, whose key may name a program git runs "
+                           "later (core.fsmonitor, core.sshCommand, alias.*)",
+                           "set only " + ", ".join(sorted(_GIT_DATA_KEYS)) + " from a "
+                           "placeholder, or pass the value through env= (GIT_AUTHOR_NAME …)")
+
     def running_subcommand(self, row: Program, words: list[Node]) -> str | None:
         """The first word of ``words`` that is one of the row's program-running
         subcommands, or ``None``."""
@@ -487,6 +502,8 @@ class _Arguments:
         that takes it as its value, ``git commit -m {x}``)."""
         previous: str | None = None
         first = _subcommand(row, words)
+        if name == "git" and first == "config" and any(map(self.hostile, words)):
+            self.check_git_config(words)
         for word in words:
             lit = _literal(word)
             if lit in row.runs_after:
@@ -521,6 +538,18 @@ class _Arguments:
                                       else "") + "), or glue it to a literal prefix (./{x})")
             previous = lit
 
+
+def _git_config_key(words: list[Node]) -> str | None:
+    """The key ``git … config [options] KEY …`` sets: the first literal word after
+    ``config`` that is not an option (an option's argument, ``--file F``, reads as the key
+    and is not one of the data keys, so it is refused too)."""
+    after = False
+    for word in words:
+        lit = _literal(word)
+        if after and lit is not None and not lit.startswith("-"):
+            return lit
+        after = after or lit == "config"
+    return None
 
 def _subcommand(row: Program, words: list[Node]) -> str | None:
     """The first word that is neither an option nor the argument of one (``git -C dir
