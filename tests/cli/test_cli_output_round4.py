@@ -145,3 +145,37 @@ def test_show_says_since_when_a_run_waits(folder: Path, brain_cmd: list[str]) ->
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_a_runs_output_on_a_terminal_is_shown_and_into_a_pipe_is_data(
+        tmp_path: Path, brain_cmd: list[str]) -> None:
+    import pty
+
+    write_source(tmp_path, "flows.py", """
+        from brain import shell, workflow
+
+        @workflow
+        def titled():
+            shell("say", argv=["printf", "\\\\033]0;PWNED\\\\007done"])
+    """)
+    piped = brain(brain_cmd, "run", "flows.py", cwd=tmp_path)
+    assert piped.stdout == "\x1b]0;PWNED\x07done\n"  # data: as the step wrote it
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([*brain_cmd, "run", "flows.py"], cwd=tmp_path, stdin=follower,
+                                stdout=follower, stderr=subprocess.DEVNULL, env=dict(os.environ))
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal's other end closed: the command has ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(leader)
+    assert b"\x1b" not in seen and b"\x07" not in seen
+    assert "\\x1b]0;PWNED\\x07done" in seen.decode()
