@@ -25,7 +25,7 @@ from brain.executors.base import PreparedStep, StepContext, StepOutput
 from brain.results import StepStatus, WaitTimer, clean_text
 from brain.runner.plan import Fail, Plan, Scope, Skip
 from brain.runner.record import Outcome, Recorder
-from brain.runner.texts import describe, internal_error, scrub_deep, stored_text
+from brain.runner.texts import describe, internal_error, scrub_deep, stored_text, stored_text_apart
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -192,7 +192,7 @@ class StepRunner:
                 self.lease.step_ended(spec.name)
             ended = utcnow()  # when the work ended, not when its record was written
             if isinstance(result, StepOutput):
-                output = clean_text(stored_text(result.output, secrets)) or ""
+                output = clean_text(await self._output(spec.name, result, state, secrets)) or ""
                 await self._finish(spec.name, StepStatus.SUCCEEDED, state, ended, t0,
                                    output=output, stderr=stored_text(result.stderr, secrets))
                 self.plan.succeeded(spec.name, output)
@@ -208,8 +208,20 @@ class StepRunner:
                 continue
             await self._finish(spec.name, StepStatus.FAILED, state, ended, t0, error=message,
                                stderr=stored_text(result.stderr, secrets),
-                               output=clean_text(stored_text(result.output, secrets)))
+                               output=clean_text(await self._output(spec.name, result, state,
+                                                                    secrets)))
             return Outcome(spec.name, False, message)
+
+    async def _output(self, name: str, result: StepOutput | StepFailed, state: _Try,
+                      secrets: list[str]) -> str | None:
+        """The output a try ended with, scrubbed (a long one off the loop). Cut off meanwhile,
+        the step keeps it, as a cut-off try keeps what it printed."""
+        try:
+            return await stored_text_apart(result.output, secrets)
+        except asyncio.CancelledError:
+            self.recorder.cut_off(name, stored_text(result.output, secrets),
+                                  stored_text(result.stderr, secrets), state.writer.log.usage)
+            raise
 
     async def _finish(self, name: str, status: StepStatus, state: _Try, ended: datetime,
                       t0: float, **fields: Any) -> None:

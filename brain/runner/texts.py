@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -14,6 +15,21 @@ from brain.shell_check import render_command
 def stored_text(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     """Text about to be stored: every known secret value replaced by ``***``."""
     return scrub(text, secrets)
+
+
+#: Texts longer than this are scrubbed on a worker thread: a step's output may be
+#: megabytes, and scrubbing that against many secrets takes tens of milliseconds or more,
+#: too long to hold the event loop (the server's other runs, ``/health``).
+APART_ABOVE = 64 * 1024
+
+
+async def stored_text_apart(text: str | None, secrets: Iterable[str] = ()) -> str | None:
+    """:func:`stored_text`, done on a worker thread when ``text`` is long, so the event
+    loop goes on meanwhile (the scrubber is pure Python: the loop gets the GIL back at
+    every switch interval)."""
+    if text is None or len(text) <= APART_ABOVE:
+        return stored_text(text, secrets)
+    return await asyncio.to_thread(stored_text, text, list(secrets))
 
 
 def scrub_deep(value: Any, secrets: Iterable[str]) -> Any:
