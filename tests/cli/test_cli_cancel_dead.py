@@ -40,14 +40,16 @@ def brain(brain_cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
 def test_cancel_a_run_whose_process_was_killed(tmp_path: Path, brain_cmd: list[str],
                                                reaped: bool) -> None:
     flow = write_source(tmp_path, "long.py", LONG)
-    proc = subprocess.Popen([*brain_cmd, "run", str(flow)], env=os.environ.copy(), cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    said = tmp_path / "run.stderr"
+    with said.open("wb") as err:
+        proc = subprocess.Popen([*brain_cmd, "run", str(flow)], env=os.environ.copy(),
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
     pgid = None
     try:
         # The step that runs first ("before", slowed down here as a busy machine slows it)
         # is running for a while too: wait for the one the cancel is about, however long
         # the steps before it take.
-        run_id, _ = wait_for(lambda: _running(tmp_path / "brain.db", "wait"), 60,
+        run_id, _ = wait_for(lambda: _running(tmp_path / "brain.db", "wait", proc, said), 60,
                              "the step 'wait' to run")
         pgid = read_pid(tmp_path / "step.pid", 60)
         os.kill(proc.pid, signal.SIGKILL)
@@ -78,10 +80,17 @@ def test_cancel_a_run_whose_process_was_killed(tmp_path: Path, brain_cmd: list[s
             kill_group_quietly(pgid)  # the step's own group outlives a kill -9 of brain run
 
 
-def _running(db_file: Path, step: str) -> tuple[str, str] | None:
-    """``(run id, step)`` once ``step`` is the running step of a running run, else ``None``."""
+def _running(db_file: Path, step: str, proc: subprocess.Popen[bytes],
+             said: Path) -> tuple[str, str] | None:
+    """``(run id, step)`` once ``step`` is the running step of a running run, else ``None``;
+    fails at once, with what ``brain run`` said, if it exited first."""
     found = running_step(db_file)
-    return found if found is not None and found[1] == step else None
+    if found is not None and found[1] == step:
+        return found
+    if proc.poll() is not None:
+        raise AssertionError(f"brain run exited {proc.returncode} before step {step!r} ran: "
+                             f"{said.read_text(errors='replace')}")
+    return None
 
 
 def _state(pid: int) -> str | None:
