@@ -15,7 +15,7 @@ from typing import Any
 
 from brain._clock import duration_text, utcnow
 from brain._errors import StepFailed
-from brain._secrets import scrub
+from brain._secrets import REDACTED, scrub
 from brain.dsl.model import WAIT_KINDS, ApprovalStepSpec, SleepStepSpec, StepSpec, WaitForStepSpec
 from brain.dsl.waits import parse_until
 from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
@@ -98,6 +98,15 @@ class WaitExecutor:
         assert isinstance(spec, WaitForStepSpec)
         key = None if spec.key is None else resolve(spec.key, False)
         shown_key = scrub(key)  # the key itself is kept only as a digest (it is matched)
+        if key is not None and REDACTED in key and shown_key == key:
+            # The key was built from text this run read with a secret already scrubbed out
+            # (a served run reads its trigger from the store; step outputs are stored
+            # scrubbed): its real value is known to nobody here, and a match on the
+            # scrubbed text would let any other secret stand in for the one it hid.
+            raise StepFailed(
+                f"the key of step {spec.name!r} ({shown_key!r}) holds a secret this run has "
+                f"only as ***: no signal can be matched to it safely; build the key from "
+                f"values that hold no secret", retryable=False)
         shown.update(signal=spec.signal, key=shown_key)
         due, on_due = _timeout(spec, spec.default, now, shown)
         request = WaitRequest("signal", due, on_due, signal=spec.signal, key=key, shown=shown)

@@ -24,7 +24,7 @@ from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import RunConflict, StepNotFound
-from brain._secrets import REDACTED, scrub
+from brain._secrets import scrub
 from brain.results import StepStatus, WaitEnd, WaitTimer, clean_text
 from brain.store import queries
 from brain.store.backend import Connection, UsesBackend, lease_times, utc
@@ -35,9 +35,11 @@ from brain.store.records import check_lease
 DECIDERS = ("console", "cli", "api")
 
 
-#: How a waiting step's key is kept when the run has it as it is: its SHA-256.
+#: How a waiting step's key is kept: the SHA-256 of the key as resolved.
 WHOLE_KEY = "sha256:"
-#: How it is kept when the run has it only scrubbed: the SHA-256 of that text, marked.
+#: How migration 0011 marked keys kept until then as the digest of their scrubbed text:
+#: their real key is known to nobody, so no signal matches them (they end by a timeout or
+#: a cancel).
 SCRUBBED_KEY = "scrubbed-sha256:"
 
 
@@ -48,31 +50,15 @@ def _sha256(text: str) -> str:
 def key_digest(key: str | None) -> str | None:
     """How a waiting step's key is kept (never the key itself: it may hold a secret, which
     no record may keep): the SHA-256 of the key as resolved, which only a signal sent with
-    that very key matches.
-
-    A run executed from the store reads its trigger (and its steps' outputs) scrubbed, so
-    a key made of them holds ``***`` where the sender's key holds a secret, and the real
-    key is known to nobody here. Such a key, with the redaction mark and no secret, is kept
-    marked as scrubbed: only a signal whose key holds a secret where it shows ``***``
-    matches it (see :func:`signal_key_digests`), never one that sends the mark itself. (A
-    key meant to hold the text ``***`` is therefore matched by no signal without a secret.)
-    """
-    if key is None:
-        return None
-    if REDACTED in key and scrub(key) == key:
-        return SCRUBBED_KEY + _sha256(key)
-    return WHOLE_KEY + _sha256(key)
+    that very key matches. (A key the run has only scrubbed never gets here: the step fails
+    instead, see :mod:`brain.executors.waits`.)"""
+    return None if key is None else WHOLE_KEY + _sha256(key)
 
 
 def signal_key_digests(key: str) -> list[str]:
-    """The kept keys a signal sent with ``key`` matches: the digest of ``key`` itself, and,
-    when ``key`` holds a secret the process knows, the marked digest of its scrubbed text
-    (the key of a waiting step whose run has it only scrubbed, see :func:`key_digest`)."""
-    digests = [WHOLE_KEY + _sha256(key)]
-    shown = scrub(key) or ""
-    if shown != key:
-        digests.append(SCRUBBED_KEY + _sha256(shown))
-    return digests
+    """The kept keys a signal sent with ``key`` matches: the digest of ``key`` itself, as
+    sent (never of its scrubbed text: ``deploy-***`` is no key anyone waits for)."""
+    return [WHOLE_KEY + _sha256(key)]
 
 
 def approval_end(approved: bool, comment: str | None, by: str) -> WaitEnd:

@@ -2,10 +2,10 @@
 signal with its real key, never for one sent with the key as shown (``deploy-***``) or a
 key one character away.
 
-Two ways in: a run queued through the HTTP API of a real ``brain serve`` and signalled with
-``POST /api/signals/...`` (the served run reads its trigger from the store, scrubbed); and a
-``brain run`` waiting in the foreground (it holds its trigger as given) signalled by
-``brain signal`` from another process.
+Two ways in: a ``brain run`` waiting in the foreground (it holds its trigger as given)
+signalled by ``brain signal`` from another process; and a run queued through the HTTP API of
+a real ``brain serve``, which reads its trigger from the store scrubbed, so its step fails at
+once rather than wait for a key nobody can match.
 """
 
 from __future__ import annotations
@@ -52,22 +52,22 @@ def server(tmp_path: Path) -> Iterator[BrainServer]:
         srv.stop()
 
 
-def test_a_served_run_waits_for_its_real_key_not_the_scrubbed_one(server: BrainServer) -> None:
+def test_a_served_run_whose_key_holds_a_secret_fails_at_once(server: BrainServer) -> None:
+    """The server reads the run's trigger scrubbed: the real key is known to nobody, so no
+    signal may be matched to it (a match on ``deploy-***`` would let any secret the server
+    knows stand in for the hidden one). The step fails at once, saying why."""
     run_id = server.start_run("deploy", body=TOKEN)
-    run = server.wait_waiting(run_id, 60)
-    assert step_of(run, "ci")["waiting_for"]["key"] == "deploy-***"
-
-    for wrong in WRONG_KEYS:
-        r = server.client.post("/api/signals/ci-done", json={"key": wrong, "body": "no"})
-        assert r.status_code == 200, r.text
-        assert r.json()["resumed"] == [], f"a signal with key {wrong!r} continued the step"
-    r = server.client.post("/api/signals/ci-done", json={"key": f"deploy-{TOKEN}", "body": "go"})
-    assert r.json()["resumed"] == [{"run_id": run_id, "step": "ci"}], r.text
-
     ended = server.wait_run(run_id, 60)
-    assert ended["status"] == "succeeded", ended
-    assert step_of(ended, "ci")["output"] == "go"
-    assert TOKEN not in json.dumps(ended)
+    assert ended["status"] == "failed", ended
+    error = step_of(ended, "ci")["error"]
+    assert error == ("the key of step 'ci' ('deploy-***') holds a secret this run has only "
+                     "as ***: no signal can be matched to it safely; build the key from "
+                     "values that hold no secret"), error
+    for key in (*WRONG_KEYS, f"deploy-{TOKEN}"):
+        r = server.client.post("/api/signals/ci-done", json={"key": key, "body": "no"})
+        assert r.status_code == 200, r.text
+        assert r.json()["resumed"] == [], f"a signal with key {key!r} continued the step"
+    assert TOKEN not in json.dumps(server.client.get(f"/api/runs/{run_id}").json())
 
 
 def _waiting_step(db_file: Path) -> str | None:

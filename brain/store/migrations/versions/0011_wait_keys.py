@@ -1,7 +1,8 @@
 """Signal keys matched by the digest of the real key (SPEC §16, §11), not of its scrubbed
 text: a waiting step whose key was kept as the digest of text holding ``***`` is marked as
-one the run had only scrubbed, so that a signal sending ``***`` itself no longer matches it
-while one holding the secret still does.
+one the run had only scrubbed, so that no signal matches it any more (a signal sending
+``***`` itself used to; the real key is known to nobody). Such a step ends by its timeout
+or a cancel.
 
 Until now every key was kept as ``sha256:`` + the SHA-256 of the key with known secrets
 scrubbed. For a key that held no secret that is also the digest of the real key, which is
