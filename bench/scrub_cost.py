@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
-import importlib.util
+import importlib
 import random
 import string
 import subprocess
@@ -27,21 +27,28 @@ MIB = 1 << 20
 
 
 def _module(revision: str | None) -> ModuleType:
-    """``brain._secrets`` as in this checkout, or as in ``revision``."""
+    """``brain._secrets`` as in this checkout, or as in ``revision`` (a module then, a
+    package now: loaded from a copy, under a bare ``brain`` package of its own, so nothing
+    else of The Brain comes with it)."""
     if revision is None:
         sys.path.insert(0, str(ROOT))
         import brain._secrets as current
 
         return current
-    source = subprocess.run(["git", "show", f"{revision}:brain/_secrets.py"], cwd=ROOT,
-                            check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "secrets_before.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("secrets_before", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    root = Path(tempfile.mkdtemp())
+    listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", revision, "brain/_secrets",
+                             "brain/_secrets.py"], cwd=ROOT, check=True, capture_output=True,
+                            text=True).stdout.split()
+    for name in listed:
+        path = root / "before" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = subprocess.run(["git", "show", f"{revision}:{name}"], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout
+        path.write_text(source.replace("brain._secrets", "before.brain._secrets"))
+    for package in ("before", "before/brain"):
+        (root / package / "__init__.py").touch()
+    sys.path.insert(0, str(root))
+    return importlib.import_module("before.brain._secrets")
 
 
 def _texts(secrets: list[str]) -> dict[str, str]:
