@@ -37,7 +37,6 @@ from __future__ import annotations
 import base64
 import json
 import string
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -245,8 +244,6 @@ def test_a_deeply_nested_answer_fails_at_once(chat: FakeChatServer):
     assert "RecursionError" not in (step.error or ""), step.error
 
 
-@pytest.mark.xfail(strict=True, reason="finding 3: a schema pattern is matched on the event loop "
-                   "with backtracking re; the step runs far past its timeout")
 def test_a_pattern_built_to_backtrack_cannot_hold_the_step_past_its_timeout(
         chat: FakeChatServer):
     @workflow
@@ -256,10 +253,9 @@ def test_a_pattern_built_to_backtrack_cannot_hold_the_step_past_its_timeout(
                     "properties": {"name": {"type": "string", "pattern": "^(a+)+$"}}})
 
     chat.respond(content=json.dumps({"name": "a" * 27 + "!"}))
-    t0 = time.monotonic()
-    r = atk_llm_redos()
-    took = time.monotonic() - t0
+    r = atk_llm_redos()  # the check (2**27 backtracking steps) would take minutes in process
     while chat._script:
         chat._script.popleft()
     assert r.steps["judge"].status == "failed"
-    assert took < 2.5, f"a 0.5 s step took {took:.1f} s ({r.steps['judge'].error!r})"
+    # The checking child is killed at the step's timeout: the step says so.
+    assert (r.steps["judge"].error or "").startswith("timed out after"), r.steps["judge"].error
