@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from brain._errors import BrainError
-from brain.cli import parse_age, render, run_trigger, settle
+from brain.cli import parse_age, render, run_trigger, settle, show
 from brain.cli.checking import cmd_check
 from brain.cli.deciding import cmd_approve, cmd_signal
 from brain.cli.follow import LinePrinter, cmd_logs
@@ -212,7 +212,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         render.write_stdout(json_text(result.to_json_dict()) + "\n")
     else:
-        render.run_detail(result)
+        show.run_detail(result)
     return 0
 
 

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from brain.dsl.model import WorkflowGraph
-    from brain.results import RunResult, StepResult
+    from brain.results import RunResult
     from brain.runner.events import StepEvent
     from brain.workflow import Workflow
 
@@ -104,7 +103,7 @@ def write_stdout(text: str) -> None:
 _MARK = {"succeeded": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[dim]-[/]",
          "cancelled": "[yellow]■[/]", "running": "[cyan]▶[/]", "retrying": "[yellow]↻[/]",
          "queued": "[dim]…[/]", "pending": "[dim]·[/]", "waiting": "[magenta]⏸[/]"}
-_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
+STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
           "queued": "dim", "skipped": "dim", "pending": "dim", "waiting": "magenta"}
 
 
@@ -158,14 +157,14 @@ def preview(text: str | None, width: int = 60) -> Text:
     if compact is not None:
         first, more = shown(compact), False
     else:  # escaped first: a vertical tab or a form feed is shown, not taken for a line end
-        lines = shown(_lines_ended(stripped)).strip().split("\n")
+        lines = shown(lines_ended(stripped)).strip().split("\n")
         first, more = lines[0], len(lines) > 1
     if len(first) > width:
         first, more = first[:width], True
     return Text(first + ("…" if more else ""))
 
 
-def _lines_ended(text: str) -> str:
+def lines_ended(text: str) -> str:
     """``text`` with its lines ended by ``\\n`` alone (``\\r\\n`` is one line end, not a
     control character to show)."""
     return text.replace("\r\n", "\n")
@@ -221,7 +220,7 @@ class Progress:
 
 def run_summary(result: RunResult) -> None:
     """The closing lines of ``brain run``: the status and the last output."""
-    style = _STYLE.get(str(result.status), "")
+    style = STYLE.get(str(result.status), "")
     took = ""
     if result.started_at and result.ended_at:
         took = f" in {(result.ended_at - result.started_at).total_seconds():.2f}s"
@@ -233,7 +232,7 @@ def run_summary(result: RunResult) -> None:
                    f"  [dim](brain show {result.run_id[:12]})[/]"))
 
 
-def _table() -> Table:
+def new_table() -> Table:
     from rich.table import Table  # only the commands that print tables need it
 
     return Table(box=None, pad_edge=False)
@@ -250,7 +249,7 @@ def print_table(table: Table) -> None:
     write_stdout("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
-def _when(t: datetime | None) -> str:
+def when(t: datetime | None) -> str:
     return t.astimezone().strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
 
@@ -259,7 +258,7 @@ def runs_table(results: list[RunResult]) -> None:
     if not results:
         err.print("no runs")
         return
-    table = _table()
+    table = new_table()
     for col in ("run", "workflow", "status", "event", "started", "took", "error"):
         table.add_column(col)
     for r in results:
@@ -269,137 +268,10 @@ def runs_table(results: list[RunResult]) -> None:
         if r.concurrency_key is not None:
             workflow = line(workflow, " ", data(f"key {r.concurrency_key}", "dim"))
         table.add_row(r.run_id[:12], workflow,
-                      f"[{_STYLE.get(str(r.status), '')}]{r.status}[/]", data(r.trigger.event),
-                      _when(r.started_at or r.created_at), took,
+                      f"[{STYLE.get(str(r.status), '')}]{r.status}[/]", data(r.trigger.event),
+                      when(r.started_at or r.created_at), took,
                       Text(shown(r.error or "")[:60]))
     print_table(table)
-
-
-def run_detail(r: RunResult) -> None:
-    """``brain show``."""
-    out.print(line(f"[bold]run {r.run_id}[/]  ", data(r.workflow),
-                   f"  [{_STYLE.get(str(r.status), '')}]{r.status}[/]"))
-    if r.retry_of:
-        out.print(line("retry of run ", data(r.retry_of)))
-    body = ("  body: ", preview(r.trigger.body)) if r.trigger.body else ()
-    path = ("  path: ", data(r.trigger.path)) if r.trigger.path else ()
-    out.print(line("trigger: ", data(r.trigger.event), *body, *path))
-    if r.concurrency_key is not None:
-        out.print(line("concurrency key: ", data(repr(r.concurrency_key))))
-    since = waiting_since(r)
-    end = f"waiting since {_when(since)}" if since else f"ended {_when(r.ended_at)}"
-    out.print(f"created {_when(r.created_at)}  started {_when(r.started_at)}  {end}")
-    if r.error:
-        out.print(line("[red]error:[/] ", data(r.error)))
-    table = _table()
-    for col in ("step", "kind", "status", "tries", "took", "output / error"):
-        table.add_column(col)
-    for s in r.steps.values():
-        took = (f"{(s.ended_at - s.started_at).total_seconds():.2f}s"
-                if s.started_at and s.ended_at else "")
-        skipped = skip_reason(r, s)
-        detail = (data(skipped, "dim") if skipped else data(s.error, "red") if s.error
-                  else preview(s.output))
-        table.add_row(data(s.name), data(s.kind),
-                      f"[{_STYLE.get(str(s.status), '')}]{s.status}[/]", str(s.tries), took, detail)
-    print_table(table)
-    for s in r.steps.values():
-        if s.status in ("failed", "cancelled") and (s.output or s.stderr):
-            _what_it_printed(s.name, s.output, s.stderr)
-    usage_and_progress(r)
-    waits_and_decisions(r)
-
-
-def waiting_since(r: RunResult) -> datetime | None:
-    """Since when a waiting run has had nothing to do but wait: the latest of its waiting
-    steps' starts and its other steps' ends (``None`` for a run that is not waiting)."""
-    if r.status != "waiting":
-        return None
-    times = [s.started_at if s.status == "waiting" else s.ended_at for s in r.steps.values()]
-    return max((t for t in times if t is not None), default=None)
-
-
-def skip_reason(r: RunResult, s: StepResult) -> str | None:
-    """Why a step that never started was skipped when its run failed, ``skipped: step 'x'
-    failed`` (``None`` for any other step: a step skipped by its condition has its reason as
-    its error). The reason is read from the run: the step its error names, else the first
-    that failed."""
-    if s.status != "skipped" or s.error or r.status != "failed":
-        return None
-    failed = [x.name for x in r.steps.values() if x.status == "failed"]
-    named = [n for n in failed if (r.error or "").startswith(f"step {n!r} failed")]
-    culprits = named or failed
-    return f"skipped: step {culprits[0]!r} failed" if culprits else "skipped: the run failed"
-
-
-def usage_text(usage: Mapping[str, int]) -> str:
-    """Tokens spent, as ``brain show`` words them.
-
-    >>> usage_text({"prompt_tokens": 1200, "completion_tokens": 7})
-    '1,200 prompt + 7 completion'
-    """
-    return (f"{usage.get('prompt_tokens', 0):,} prompt + "
-            f"{usage.get('completion_tokens', 0):,} completion")
-
-
-def usage_and_progress(r: RunResult) -> None:
-    """Each step's tokens (an LLM step, SPEC §18) and latest progress (an MCP step, SPEC
-    §17), and the tokens the whole run spent (when any step spent some)."""
-    from brain.executors.steplog import progress_text
-
-    for s in r.steps.values():
-        if s.usage:
-            out.print(line(data(s.name, "bold"), f": tokens {usage_text(s.usage)}"))
-        if s.progress:
-            out.print(line(data(s.name, "bold"), ": ", data(progress_text(s.progress))))
-    total = r.usage_total()
-    if total is not None:
-        out.print(f"tokens in all: {usage_text(total)}")
-
-
-def waits_and_decisions(r: RunResult) -> None:
-    """What the run's waiting steps wait for (and how to end the wait), and how the steps
-    that waited were decided (SPEC §16)."""
-    from brain.runner.now import waiting_text
-
-    for s in r.steps.values():
-        if s.status == "waiting" and s.waiting_for:
-            out.print(line("[magenta]waiting:[/] ", data(waiting_text(r.run_id, s))))
-        if s.decision:
-            out.print(line(data(s.name, "bold"), ": ", data(decision_text(s.decision))))
-
-
-def decision_text(decision: dict[str, object]) -> str:
-    """``approved by cli at 2026-…: looks good`` / ``signal ci-finished (key abc) …``."""
-    by, at = decision.get("by"), decision.get("at")
-    if "approved" in decision:
-        verdict = "approved" if decision["approved"] else "rejected"
-        comment = f": {decision['comment']}" if decision.get("comment") else ""
-        return f"{verdict} by {by} at {at}{comment}"
-    if by == "timeout":
-        return f"timed out at {at}"
-    key = f" (key {decision['key']})" if decision.get("key") is not None else ""
-    return f"signal {decision.get('signal')}{key} sent by {by} at {at}"
-
-
-#: How many of the last lines of a failed step's output and stderr ``brain show`` prints.
-SHOWN_LINES = 20
-
-
-def _what_it_printed(name: str, output: str | None, stderr: str | None) -> None:
-    """A failed or cancelled step's output and stderr, beside its error (their last lines;
-    ``brain logs`` has the whole log)."""
-    for label, text in (("output", output), ("stderr", stderr)):
-        printed = shown(_lines_ended(text or "")).rstrip("\n")
-        if not printed:
-            continue
-        lines = printed.split("\n")
-        more = len(lines) - SHOWN_LINES
-        out.print(line(f"{label} of ", data(name, "bold"),
-                       f" [dim](last {SHOWN_LINES} of {len(lines)} lines)[/]" if more > 0 else "",
-                       ":"))
-        for each in lines[-SHOWN_LINES:]:
-            out.print(Text(f"  {each}"))  # escaped above
 
 
 def graph(wf: Workflow) -> None:
