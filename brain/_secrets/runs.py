@@ -3,13 +3,16 @@ one, found whole whatever their wrapping. This module imports nothing of The Bra
 
 from __future__ import annotations
 
-import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 #: A run of base64 (either alphabet) or hex, and the line breaks that wrap it, up to its
 #: ``=`` padding: an ``=`` before it belongs to what comes before (``token=``).
 RUN = re.compile(r"[A-Za-z0-9+/_\-\r\n]+=*")
+
+
+#: The last character before a run: any but the run's own (``=`` included: it ends one).
+_BEFORE_RUN = re.compile(r"(?s).*[^A-Za-z0-9+/_\-\r\n]")
 
 
 def encoded_spans(text: str, needles: Iterable[str]) -> list[tuple[int, int]]:
@@ -24,27 +27,42 @@ def encoded_spans(text: str, needles: Iterable[str]) -> list[tuple[int, int]]:
     any width: when found, the whole run around it goes, not only the core (the
     characters at its edges hold a few of the secret's bits as well, and what the run
     encodes is the secret's context: ``user:TOKEN``). Costs one ``str.find`` per needle
-    when nothing is found."""
+    when nothing is found, and the text's copy without line breaks; each run found is
+    measured from the match outwards, so a hit in a long text costs no list of its runs
+    or breaks."""
     joined = text.replace("\r", "").replace("\n", "") if "\n" in text or "\r" in text else text
-    found: list[tuple[int, int]] = []
+    found: list[int] = []
     for form in needles:
-        if form not in joined:
-            continue
         start = joined.find(form)
         while start != -1:
-            found.append((start, start + len(form)))
+            found.append(start)
             start = joined.find(form, start + 1)
     if not found:
         return []
+    found.sort()
     if joined is not text:
-        found = _unjoined(text, found)
-    runs = [(m.start(), m.end()) for m in RUN.finditer(text)]  # only now: a secret is there
-    starts = [start for start, _ in runs]
-    spans = []
-    for hit, _ in found:
-        start, stop = runs[bisect.bisect_right(starts, hit) - 1]
-        spans.append(trimmed(text, start, stop))
+        found = list(_unjoined(text, found))
+    spans: list[tuple[int, int]] = []
+    for hit in found:
+        if spans and hit < spans[-1][1]:
+            continue  # in the run just found
+        run = RUN.match(text, hit)  # a needle starts there: a run goes on from it
+        spans.append(trimmed(text, _run_start(text, hit), run.end() if run else hit + 1))
     return spans
+
+
+def _run_start(text: str, at: int) -> int:
+    """Where the run holding ``text[at]`` begins: looked for backwards in windows that
+    double, so a long run costs its own length, not the text's."""
+    width = 256
+    while True:
+        lo = max(at - width, 0)
+        before = _BEFORE_RUN.match(text, lo, at)
+        if before is not None:
+            return before.end()
+        if lo == 0:
+            return 0
+        width *= 2
 
 
 def trimmed(text: str, start: int, stop: int) -> tuple[int, int]:
@@ -56,13 +74,15 @@ def trimmed(text: str, start: int, stop: int) -> tuple[int, int]:
     return start, stop
 
 
-def _unjoined(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``spans`` of ``text`` with its line breaks taken out, as spans of ``text``."""
-    # Where each break would be in the joined text: the joined index j is at j plus the
-    # number of breaks that come before it.
-    breaks = [m.start() - i for i, m in enumerate(re.finditer(r"[\r\n]", text))]
-
-    def at(j: int) -> int:
-        return j + bisect.bisect_right(breaks, j)
-
-    return [(at(start), at(stop - 1) + 1) for start, stop in spans]
+def _unjoined(text: str, positions: list[int]) -> Iterator[int]:
+    """Each of the sorted ``positions`` in ``text`` with its line breaks taken out, as a
+    position in ``text``: one pass over the breaks, none of them kept."""
+    breaks = re.finditer(r"[\r\n]", text)
+    passed = 0  # breaks before the position in text
+    upcoming = next(breaks, None)
+    for j in positions:
+        # The joined index j is at j plus the number of breaks before it.
+        while upcoming is not None and upcoming.start() - passed <= j:
+            passed += 1
+            upcoming = next(breaks, None)
+        yield j + passed
