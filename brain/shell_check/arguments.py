@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from brain.shell_check.programs import CODE_MODULES, PROGRAMS, Program, program_of, reads_stdin
+from brain.shell_check.program_text import _ProgramText
+from brain.shell_check.programs import Program, program_of
+from brain.shell_check.subcommands import _Subcommands, subcommand_of
 from brain.shell_check.syntax import (
     _command_words,
     _literal,
@@ -34,16 +36,13 @@ _TEST_BINARY = {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-
 
 # `NAME=` written literally (a quote may open first): a variable a program sets.
 _NAME_IS = re.compile(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""")
-# A requirement whose package is written out, then a version operator: "tool=={v}".
-_PINNED = re.compile(r"""["']?[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]*\])?"""
-                     r"(?:===|==|>=|<=|~=|!=|<|>)")
 
 
 # git config keys whose value is data (a name, an address, a branch name).
 _GIT_DATA_KEYS = frozenset({"user.name", "user.email", "init.defaultbranch"})
 
 
-class _Arguments:
+class _Arguments(_Subcommands, _ProgramText):
     """The checks of a command's words and input, for one placeholder's marker (a word
     holding ``prefix`` is hostile: it holds a value)."""
 
@@ -191,12 +190,14 @@ class _Arguments:
         if row.runs == "names" and not how.startswith("the name"):
             raise _Refused(f"a here-string read by {base}, which assigns it to a variable "
                            f"(like NAME={{x}})")
-        running = self.running_subcommand(row, words) if row.runs == "subcommand" else None
-        if row.runs == "subcommand" and running is None:
+        found = self.running_at(row, words) if row.runs == "subcommand" else None
+        if row.runs == "subcommand" and found is None:
             return  # docker login --password-stdin: a subcommand that reads data
-        if running in row.wraps:
+        sure = self.certain_running(row, words) if found is not None else None
+        if sure is not None and sure[1] in row.wraps:
             # echo {x} | uv run script.py: what the program written out does with its input
-            rest = words[next(i for i, w in enumerate(words) if _literal(w) == running) + 1:]
+            index, running = sure
+            rest = words[index + 1:]
             for program, after, certain in self.wrapped_candidates(base, row, rest):
                 self.check_reader(program.rsplit("/", 1)[-1], after, how)
                 if certain:
@@ -246,102 +247,6 @@ class _Arguments:
             if certain:
                 return
             after_option = False
-
-    def has_program_text(self, name: str, row: Program, words: list[Node]) -> bool:
-        """Whether a shell or interpreter is given its program literally (``sh -c '…'``,
-        ``python3 script.py``), so standard input is data to it. Interactive options
-        (``python3 -i``, ``node -i``) and modules that read code (``python3 -m code``) make
-        standard input code again."""
-        def data(word: Node | None) -> bool:
-            lit = _literal(word) if word is not None else None
-            return word is not None and lit is not None and not self.hostile(word) \
-                and not reads_stdin(lit)
-
-        interactive = any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*|--interactive", _literal(w) or "")
-                          for w in words) and row.runs == "text"
-        i = 0
-        while i < len(words):
-            lit = _literal(words[i])
-            if lit is None or self.hostile(words[i]):
-                return False
-            if lit in row.code_options or (row.runs == "shell" and lit.startswith("-")
-                                            and "c" in lit[1:] and not lit.startswith("--")):
-                given = words[i + 1] if i + 1 < len(words) else None
-                if lit == "-m" and given is not None and _literal(given) in CODE_MODULES:
-                    return False
-                return data(given) and not interactive
-            if lit in row.arg_options:
-                i += 2
-                continue
-            if lit == "--":
-                return data(words[i + 1] if i + 1 < len(words) else None) and not interactive
-            if lit.startswith(("-", "+")) and not reads_stdin(lit):
-                if row.runs == "shell" and "s" in lit[1:] and not lit.startswith("--"):
-                    return False  # sh -s: the script is standard input
-                i += 1
-                continue
-            return not reads_stdin(lit) and not interactive
-        return False
-
-    def check_program_text(self, name: str, row: Program, words: list[Node]) -> None:
-        """``sed``/``awk``/``perl -e``/``python -c``…: their program text is code (sed's
-        ``e``, awk's ``system()``): placeholders only after it, as data, never in it or in
-        an option. GNU sed takes options anywhere (even after its script), and perl, node
-        or gawk read options after program text given with ``-e``/``-f``: there a
-        placeholder must follow ``--``. perl's ``-n``/``-p`` loop opens a file name ending
-        in ``|`` as a command: no placeholder at all then."""
-        code_opts, arg_opts = row.code_options, row.arg_options
-        anywhere = name == "sed"
-        refusal = _Refused(f"an option or the program text of {name}, which {row.why}",
-                           f"write {name}'s program literally and pass the value after it"
-                           + (" and after --" if anywhere else "") + ", or through env= or stdin=")
-        if row is PROGRAMS["perl"] and any(
-                re.fullmatch(r"-[a-zA-Z]*[np][a-zA-Z]*", _literal(w) or "") for w in words):
-            raise _Refused(f"an argument of {name} -n or -p, whose loop opens a file name "
-                           f"ending in | as a command", "pass the value through env= or stdin=")
-        program = via_option = False
-        i = 0
-        while i < len(words):
-            word = words[i]
-            lit = _literal(word)
-            if self.hostile(word) or lit is None:
-                if program and not anywhere:
-                    if via_option and row.after_code != "data":
-                        raise _Refused(f"after {name}'s program text given with an option, "
-                                       f"where {name} still reads options (or a script)",
-                                       f"write -- before the placeholder ({name} -e '…' -- {{x}}), "
-                                       f"or put the program in a file")
-                    return  # data, after the program
-                raise refusal
-            if lit == "--":
-                rest = words[i + 1:]
-                if not program and (not rest or self.hostile(rest[0]) or _literal(rest[0]) is None):
-                    raise refusal
-                if via_option and row.after_code == "script" and any(map(self.hostile, rest)):
-                    raise refusal
-                return
-            if lit in code_opts or lit in arg_opts:
-                given = words[i + 1] if i + 1 < len(words) else None
-                if given is not None and lit in row.variable_options and \
-                        self.variable_value(given):
-                    i += 2  # awk -v n={x}: a variable, data
-                    continue
-                if given is None or self.hostile(given) or _literal(given) is None:
-                    raise refusal
-                if lit in code_opts:
-                    program = via_option = True
-                i += 2
-                continue
-            if not lit.startswith("-") or lit == "-":
-                program = True  # the program text or script file, written literally
-                via_option = False
-                if not anywhere:
-                    script = program_of(lit)
-                    if script is not None and script.runs == "subcommand":
-                        # python3 manage.py shell -c {x}: a script of the table, checked
-                        self.check_args(lit, words[i + 1:])
-                    return
-            i += 1
 
     def check_find(self, words: list[Node]) -> None:
         """``find ... -exec PROGRAM ARGS ;``: the program is written out, and checked; and no
@@ -398,33 +303,6 @@ class _Arguments:
                        "use the forms [ -n {x} ] or [ {x} = word ], or pass the value "
                        "through env=")
 
-    def check_shell(self, name: str, row: Program, words: list[Node]) -> None:
-        """``sh [options] SCRIPT-OR-FILE ARGS``: data only after a literal script."""
-        i = 0
-        while i < len(words):
-            word = words[i]
-            lit = _literal(word)
-            if self.hostile(word) or lit is None:
-                raise _Refused(f"an option or the script of {name}, which {row.why}",
-                               f"write the script literally and pass the value after it: "
-                               f"{name} -c 'printf %s \"$1\"' sh {{x}}")
-            if lit in ("-", "--"):
-                i += 1
-                break
-            if lit in row.arg_options:
-                given = words[i + 1] if i + 1 < len(words) else None
-                if given is None or self.hostile(given) or _literal(given) is None:
-                    raise _Refused(f"the argument of {name} {lit} (a file or option it runs)",
-                                   "write it literally")
-                i += 2
-            elif lit.startswith(("-", "+")):
-                i += 1
-            else:
-                return
-        if i < len(words) and _literal(words[i]) is not None and not self.hostile(words[i]):
-            return
-        raise _Refused(f"the script of {name}, which {row.why}")
-
     def check_wrapper(self, name: str, row: Program, words: list[Node]) -> None:
         """``env``/``timeout 5``/``setarch x86_64``…: the program they run must be written
         out first, after the options and the row's fixed words; it is checked in turn (each
@@ -437,49 +315,6 @@ class _Arguments:
                        f"program to run, or as one of its options)",
                        f"write the program after {name} literally and the placeholder after it")
 
-    def check_subcommand(self, name: str, row: Program, words: list[Node]) -> None:
-        """``uv run``, ``npm exec``, ``docker compose run``…: where a subcommand that runs a
-        program appears anywhere (options and their arguments may come first: ``npm
-        --prefix . exec``), no placeholder may; nor may one choose the subcommand. Other
-        subcommands' arguments are data."""
-        index = next((i for i, w in enumerate(words) if _literal(w) in row.subcommands), None)
-        running = _literal(words[index]) if index is not None else None
-        if index is not None and running is not None \
-                and not any(self.hostile(w) for w in words[:index]):
-            rest = words[index + 1:]
-            if running in row.wraps:
-                # uv run script.py {x}: the program is written out, and checked in turn
-                self.check_wrapper(f"{name} {running}", row, rest)
-                return
-            if running in row.data_after_dashes and self.data_after_dashes(row, running, rest):
-                return  # npm run build -- {x}: npm quotes the words after -- for the script
-        if running is not None and name in ("pip", "pip3") and all(
-                _PINNED.match(_text(w)) for w in words if self.hostile(w)):
-            return  # pip install "tool=={v}": the value picks a version of a named package
-        if running is not None:
-            raise _Refused(f"an argument of {name} {running}, which {row.why}",
-                           "pass the value through env= (and use \"$VAR\") or stdin=")
-        for word in words:
-            lit = _literal(word)
-            if self.hostile(word) or lit is None:
-                raise _Refused(f"an argument of {name} where it could be the subcommand, and "
-                               f"{name} {row.why}", "write the subcommand literally first")
-            if not lit.startswith("-"):
-                return
-
-    def data_after_dashes(self, row: Program, running: str, rest: list[Node]) -> bool:
-        """Whether every placeholder among ``rest`` (the words after subcommand ``running``)
-        comes after a ``--``, with the script named literally before it where the
-        subcommand names one (``npm run build -- {x}``)."""
-        dash = next((i for i, w in enumerate(rest) if _literal(w) == "--"), None)
-        if dash is None:
-            return False
-        before = [_literal(w) for w in rest[:dash]]
-        if any(lit is None for lit in before) or any(map(self.hostile, rest[:dash])):
-            return False
-        return running not in row.names_script or any(
-            lit is not None and not lit.startswith("-") for lit in before)
-
     def check_git_config(self, words: list[Node]) -> None:
         """``git config KEY {x}``: only keys that are data take a placeholder; others may
         name a program git runs later (``core.fsmonitor`` on ``git status``,
@@ -491,18 +326,14 @@ class _Arguments:
                            "set only " + ", ".join(sorted(_GIT_DATA_KEYS)) + " from a "
                            "placeholder, or pass the value through env= (GIT_AUTHOR_NAME …)")
 
-    def running_subcommand(self, row: Program, words: list[Node]) -> str | None:
-        """The first word of ``words`` that is one of the row's program-running
-        subcommands, or ``None``."""
-        return next((lit for w in words if (lit := _literal(w)) in row.subcommands), None)
-
     def check_options(self, name: str, row: Program, words: list[Node]) -> None:
         """``git``/``tar``/``rsync``…: a value that starts a word could start with ``-`` and
         become one of the options that run a program; it must follow ``--`` (or an option
         that takes it as its value, ``git commit -m {x}``)."""
         previous: str | None = None
-        first = _subcommand(row, words)
-        if name == "git" and first == "config" and any(map(self.hostile, words)):
+        first = subcommand_of(row, words)
+        if name == "git" and any(map(self.hostile, words)) and (first == "config" or (
+                first is None and any(_literal(w) == "config" for w in words))):
             self.check_git_config(words)
         for word in words:
             lit = _literal(word)
@@ -549,23 +380,6 @@ def _git_config_key(words: list[Node]) -> str | None:
         if after and lit is not None and not lit.startswith("-"):
             return lit
         after = after or lit == "config"
-    return None
-
-def _subcommand(row: Program, words: list[Node]) -> str | None:
-    """The first word that is neither an option nor the argument of one (``git -C dir
-    checkout`` → ``checkout``)."""
-    skip = False
-    for word in words:
-        lit = _literal(word)
-        if skip:
-            skip = False
-            continue
-        if lit is None:
-            return None
-        if lit.startswith("-"):
-            skip = lit in row.arg_options
-            continue
-        return lit
     return None
 
 def _tar_bundle_takes(word: str | None) -> str | None:

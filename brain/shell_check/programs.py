@@ -49,55 +49,11 @@ the others may read standard input as their program.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
 
-Runs = Literal["code", "names", "program", "subcommand", "shell", "text", "options"]
+from brain.shell_check.npm import npm_command
+from brain.shell_check.program_row import Program, Runs
 
-
-@dataclass(frozen=True, slots=True)
-class Program:
-    """What one program does with its arguments that a placeholder must not reach."""
-
-    runs: Runs
-    #: Why, in a few words, for messages and the docs.
-    why: str
-    #: ``text``: the options whose argument is program text; ``options``: those whose
-    #: argument is a program or sets one.
-    code_options: frozenset[str] = frozenset()
-    #: ``text``/``shell``/``program``: options that take an argument (skipped over).
-    arg_options: frozenset[str] = frozenset()
-    #: ``program``: fixed words between the options and the program (``setarch ARCH``).
-    leading: int = 0
-    #: ``subcommand``: the subcommands that run a program (or, for ``docker``, a command).
-    subcommands: frozenset[str] = frozenset()
-    #: ``options``: options whose value may be a placeholder (``git commit -m {x}``).
-    value_options: frozenset[str] = frozenset()
-    #: ``code``/``text``: options whose argument may hold a placeholder after a literal
-    #: ``NAME=`` (``awk -v n={x}``, ``psql -v id={x}``): a variable the program sets, data.
-    variable_options: frozenset[str] = frozenset()
-    #: ``options``: subcommands none of whose options runs a program (``git checkout``).
-    data_subcommands: frozenset[str] = frozenset()
-    #: ``options``: words after which the rest is a command it runs (``git submodule
-    #: foreach``, ``git bisect run``).
-    runs_after: frozenset[str] = frozenset()
-    #: ``text``: what follows program text given through a code option: ``data`` (python
-    #: stops reading options), ``options`` (perl, node, gawk read on: a value must follow
-    #: ``--``) or ``script`` (lua takes the next word as a script: no value at all).
-    after_code: Literal["data", "options", "script"] = "options"
-    #: ``subcommand``: subcommands after which comes a program and its arguments,
-    #: checked as for a ``program`` row (``uv run script.py {x}``); ``leading`` fixed
-    #: words first (``aws-vault exec PROFILE``).
-    wraps: frozenset[str] = frozenset()
-    #: ``subcommand``: subcommands after whose ``--`` the words are data for a script the
-    #: tool quotes them for (``npm run build -- {x}``).
-    data_after_dashes: frozenset[str] = frozenset()
-    #: ``subcommand``: those of ``data_after_dashes`` that name the script first
-    #: (``npm run build``), which must be written out.
-    names_script: frozenset[str] = frozenset()
-    #: ``program`` rows (or wrapping subcommands) that do not list every option taking an
-    #: argument: options known to take none, so the next word may be the program.
-    flag_options: frozenset[str] = frozenset()
+__all__ = ["CODE_MODULES", "PROGRAMS", "Program", "program_of", "reads_stdin"]
 
 
 def _rows(runs: Runs, why: str, names: str, **kw: object) -> dict[str, Program]:
@@ -110,6 +66,14 @@ def _set(words: str) -> frozenset[str]:
 
 
 _SHELL_ARG_OPTIONS = _set("-o +o -O +O --rcfile --init-file")
+#: npm's commands (by their canonical names) that run a program, a shell or a named
+#: package's scripts, install or fetch a package (its scripts run), write a setting or
+#: script that later runs (config, pkg), or open the configured browser or editor.
+#: ``version`` and ``publish`` run only the project's own scripts.
+_NPM_RUNS = _set("exec explore run test start stop restart install install-test "
+                 "install-ci-test ci link init update rebuild dedupe pack cache diff "
+                 "config set pkg edit approve-scripts deny-scripts install-scripts docs "
+                 "bugs repo help fund audit prune uninstall")
 
 #: The table. A name missing here is a program that reads its arguments as data.
 PROGRAMS: dict[str, Program] = {
@@ -195,6 +159,11 @@ PROGRAMS: dict[str, Program] = {
     # `run` runs the program (or .py file) written after it, with data arguments.
     **_rows("subcommand", "runs the program named after its subcommand", "uv",
             subcommands=_set("run exec tool pip add sync install"), wraps=_set("run"),
+            global_options=_set("--directory --project --config-file --cache-dir --color "
+                                "--python-preference --allow-insecure-host"),
+            global_flags=_set("-q --quiet -v --verbose --offline --no-cache -n --native-tls "
+                              "--no-progress --no-config --preview --managed-python "
+                              "--no-python-downloads"),
             flag_options=_set("--frozen --locked --no-sync --isolated --no-project --active "
                               "--offline -q --quiet -v --verbose --all-extras --no-dev --exact "
                               "-n --no-cache --no-editable --no-env-file --all-packages")),
@@ -202,12 +171,21 @@ PROGRAMS: dict[str, Program] = {
             "poetry pipx conda mamba micromamba",
             subcommands=_set("run exec tool pip add sync install"), wraps=_set("run")),
     **_rows("subcommand", "runs a package or script named after its subcommand",
-            "npm", subcommands=_set("exec x dlx run run-script test start install i add ci"),
-            data_after_dashes=_set("run run-script test start"),
-            names_script=_set("run run-script")),
+            "npm", subcommands=_NPM_RUNS, canonical=npm_command,
+            data_after_dashes=_set("run test start stop restart"), names_script=_set("run"),
+            global_options=_set("--prefix -C --userconfig --globalconfig --cache --registry "
+                                "--loglevel -w --workspace --omit --include --script-shell "
+                                "--node-options --tag --otp --scope -c --call"),
+            global_flags=_set("-g --global -y --yes -s --silent -q --quiet -d -dd -ddd "
+                              "--verbose -ws --workspaces --if-present --ignore-scripts "
+                              "--offline --prefer-offline --prefer-online --force -f "
+                              "--dry-run --json")),
     **_rows("subcommand", "runs a package or script named after its subcommand",
-            "pnpm yarn bun", subcommands=_set("exec x dlx run run-script test start install "
-                                              "i add ci")),
+            "pnpm yarn bun", subcommands=_set("exec x dlx run run-script test t tst start stop "
+                                              "restart install i in add ci it install-test "
+                                              "cit link ln create init rebuild rb update up "
+                                              "upgrade dedupe pack publish node config set "
+                                              "pkg patch-commit import global")),
     # Secret injectors and version managers: the program follows the subcommand (or --).
     **_rows("subcommand", "runs the program named after its subcommand (with secrets or a "
             "tool version in its environment)",
@@ -249,7 +227,9 @@ PROGRAMS: dict[str, Program] = {
             subcommands=_set("run exec generate test install")),
     **_rows("subcommand", "runs the program named after its subcommand", "cargo",
             subcommands=_set("run exec generate test install"),
-            data_after_dashes=_set("run")),
+            data_after_dashes=_set("run"),
+            global_options=_set("-C --config -Z --color --explain"),
+            global_flags=_set("-q --quiet -v -vv --verbose --locked --offline --frozen")),
     **_rows("subcommand", "runs the script or code named after its subcommand", "deno",
             subcommands=_set("run eval repl task x test bench compile serve install"),
             wraps=_set("run"),
@@ -258,8 +238,22 @@ PROGRAMS: dict[str, Program] = {
                               "-q --quiet --no-check --no-prompt --cached-only --no-remote "
                               "--no-npm")),
     **_rows("subcommand", "runs a command inside a container after its subcommand",
-            "docker podman nerdctl kubectl docker-compose crictl ctr oc k3s microk8s",
-            subcommands=_set("run exec create debug attach rsh runp")),
+            "docker podman nerdctl docker-compose crictl ctr",
+            subcommands=_set("run exec create debug attach rsh runp"),
+            global_options=_set("--config -c --context -H --host -l --log-level --tlscacert "
+                                "--tlscert --tlskey"),
+            global_flags=_set("-D --debug --tls --tlsverify")),
+    **_rows("subcommand", "runs a command inside a container after its subcommand",
+            "kubectl oc k3s microk8s",
+            subcommands=_set("run exec create debug attach rsh runp"),
+            global_options=_set("-n --namespace --context --cluster --user --kubeconfig -s "
+                                "--server --token --as --as-group --as-uid "
+                                "--certificate-authority --client-certificate --client-key "
+                                "--request-timeout --cache-dir --tls-server-name -v --v "
+                                "--profile --profile-output --password --username --log-file "
+                                "--log-dir --vmodule"),
+            global_flags=_set("--insecure-skip-tls-verify --match-server-version "
+                              "--warnings-as-errors --disable-compression")),
     # Shells: the script is code.
     **_rows("shell", "runs its script (the text after -c, or the file) as code",
             "sh bash dash zsh ksh ksh93 mksh pdksh ash yash posh rbash fish csh tcsh rc es oksh "
@@ -286,11 +280,12 @@ PROGRAMS: dict[str, Program] = {
             arg_options=_set("-d -c")),
     **_rows("text", "runs the text after -e as code (and the next word as a script)",
             "lua luajit", code_options=_set("-e"), arg_options=_set("-l"), after_code="script"),
-    **_rows("text", "runs the text after -c (or the module after -m) as code", "python",
-            code_options=_set("-c -m"), arg_options=_set("-W -X"), after_code="data"),
+    **_rows("text", "runs the text after -c (or the module after -m, as that module does) "
+            "as code", "python", code_options=_set("-c -m"), arg_options=_set("-W -X"),
+            after_code="data", module_options=_set("-m")),
     **_rows("text", "runs the text after -e as code", "Rscript", code_options=_set("-e")),
     **_rows("text", "runs the class or jar it names as code (after -jar, -m or its options)",
-            "java", code_options=_set("-jar -m --module"),
+            "java", code_options=_set("-jar -m --module"), clusters=False,
             arg_options=_set("-cp -classpath --class-path -p --module-path --add-modules "
                              "--add-opens --add-exports --add-reads --limit-modules"),
             after_code="data"),
@@ -303,7 +298,12 @@ PROGRAMS: dict[str, Program] = {
             code_options=_set("-c --config-env --exec-path --upload-pack -u --receive-pack "
                               "--exec -x --extcmd -O --open-files-in-pager --config "
                               "--template"),
-            arg_options=_set("-C -c --git-dir --work-tree --namespace --config-env"),
+            arg_options=_set("-C -c --git-dir --work-tree --namespace --config-env "
+                             "--attr-source --super-prefix"),
+            global_flags=_set("-p --paginate -P --no-pager --no-replace-objects --bare "
+                              "--literal-pathspecs --glob-pathspecs --noglob-pathspecs "
+                              "--icase-pathspecs --no-optional-locks --no-advice "
+                              "--no-lazy-fetch"),
             value_options=_set("-C --author --committer --since --until --after --before "
                                "--grep commit:-m commit:--message merge:-m merge:--message "
                                "stash:-m stash:--message tag:-m tag:--message "
@@ -346,9 +346,17 @@ _ALIASES = [(re.compile(p), name) for p, name in [
 ]]
 # Files a program reads its standard input through (``bash /dev/stdin``), normalised.
 _STDIN_PATH = re.compile(r"(?:^|/)dev/stdin|/fd/0")
-#: Python modules that read code from standard input (``python3 -m code``).
-CODE_MODULES = frozenset({"code", "asyncio", "pdb", "IPython", "ptpython", "bpython", "idlelib",
-                          "pydoc", "cProfile", "profile", "trace", "runpy", "timeit"})
+#: Python modules that run code, a script or a module their arguments (or standard input)
+#: name: ``python3 -m timeit {x}`` runs the value. A module named like a program of the
+#: table is judged as that program (``python3 -m pip install {x}``); any other module
+#: reads its arguments as data, as a program missing from the table does
+#: (``python3 -m http.server {port}``, ``-m json.tool {file}``, ``-m venv {dir}``).
+CODE_MODULES = frozenset("""
+code codeop asyncio pdb ipdb pudb debugpy IPython ptpython bpython idlelib idle pydoc inspect
+pickle cProfile profile trace runpy timeit unittest doctest pytest nose nose2 coverage memray
+scalene pyinstrument line_profiler kernprof jupyter ipykernel nbconvert papermill build
+uvicorn gunicorn hypercorn flask celery streamlit django invoke fabric nox tox locust scrapy
+""".split())
 
 
 def reads_stdin(path: str) -> bool:

@@ -21,8 +21,11 @@ from hypothesis import strategies as st
 from support import definition_error
 
 from brain import WorkflowDefinitionError, mcp_tool, secret, shell, trigger, workflow
+from brain.dsl.model import ShellStepSpec
 from brain.shell_check.environment import (
+    CODE_INFIXES,
     CODE_PREFIXES,
+    CODE_SUFFIXES,
     CODE_VARIABLES,
     DATA_VARIABLES,
     chooses_code,
@@ -45,9 +48,21 @@ def _family_member(prefix: str) -> st.SearchStrategy[str]:
     return st.from_regex(r"[A-Z0-9_]{1,12}", fullmatch=True).map(lambda tail: prefix + tail)
 
 
+def _suffix_member(suffix: str) -> st.SearchStrategy[str]:
+    return st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True).map(lambda head: head + suffix)
+
+
+def _infix_member(infix: str) -> st.SearchStrategy[str]:
+    return st.tuples(st.from_regex(r"[A-Z_]{0,6}", fullmatch=True),
+                     st.from_regex(r"[A-Z_]{0,6}", fullmatch=True)).map(
+        lambda parts: parts[0] + infix + parts[1])
+
+
 CODE_NAMES = st.one_of(
     st.sampled_from(NAMES).flatmap(_case_variants),
     st.sampled_from(sorted(CODE_PREFIXES)).flatmap(_family_member),
+    st.sampled_from(sorted(CODE_SUFFIXES)).flatmap(_suffix_member),
+    st.sampled_from(sorted(CODE_INFIXES)).flatmap(_infix_member),
     st.sampled_from(["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONSTARTUP", "PYTHONPATH",
                      "PERL5OPT", "GIT_SSH_COMMAND", "GIT_CONFIG_PARAMETERS", "BASH_FUNC_ls%%",
                      "NPM_CONFIG_SCRIPT_SHELL", "npm_config_node_options", "DYLD_INSERT_LIBRARIES"]),
@@ -94,9 +109,30 @@ def test_a_placeholder_in_an_ordinary_variable_is_accepted(name: str, value: str
     workflow(name="env_data")(body)
 
 
+#: Names an attack found missing (issue 30, round 4): each runs a program or code, or
+#: points at a configuration that does. The suffix, prefix and infix rules catch most.
+ROUND4_NAMES = (
+    "TAR_OPTIONS ZIPOPT RSYNC_RSH RSYNC_CONNECT_PROG CVS_RSH SVN_SSH FCEDIT KUBE_EDITOR "
+    "KUBECTL_EXTERNAL_DIFF SYSTEMD_EDITOR GH_EDITOR GH_PAGER GH_BROWSER HGEDITOR SVN_EDITOR "
+    "PSQL_EDITOR PSQL_PAGER FZF_DEFAULT_COMMAND FZF_DEFAULT_OPTS CCACHE_PREFIX VIMINIT EXINIT "
+    "PSQLRC HGRCPATH RIPGREP_CONFIG_PATH TF_CLI_CONFIG_FILE ANSIBLE_CONFIG GOENV MAVEN_OPTS "
+    "GRADLE_OPTS SBT_OPTS ANT_OPTS DOTNET_STARTUP_HOOKS CORECLR_PROFILER_PATH RUSTFLAGS CFLAGS "
+    "LDFLAGS CGO_CFLAGS GCC_EXEC_PREFIX COMPILER_PATH NODE_REPL_EXTERNAL_MODULE "
+    "ELECTRON_RUN_AS_NODE BROWSER VISUAL SUDO_ASKPASS SSH_ASKPASS GIT_ASKPASS").split()
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(ROUND4_NAMES).flatmap(_case_variants))
+def test_the_names_the_attack_found_choose_code_in_any_case(name: str) -> None:
+    assert chooses_code(name) is not None
+    with pytest.raises(WorkflowDefinitionError, match="chooses"):
+        workflow(name="env_round4")(lambda: _shell_with_env(name, "{trigger.body}"))
+
+
 @pytest.mark.parametrize("name", ["GREETING", "MY_PATH_SUFFIX", "PATH_TO_REPORT", "NODE_ENV",
                                   "TZ", "LANG", "GIT_AUTHOR_NAME", "GIT_COMMITTER_EMAIL",
-                                  "PYTHONUNBUFFERED", "LESSON"])
+                                  "PYTHONUNBUFFERED", "LESSON", "TARGET_HOST", "RELEASE_TAG",
+                                  "MY_VALUE", "FEATURE_FLAGS", "SRC", "RC"])
 def test_where_the_line_is_drawn(name: str) -> None:
     assert chooses_code(name) is None
     workflow(name="env_line")(lambda: _shell_with_env(name, "{trigger.body}"))
@@ -109,6 +145,7 @@ def test_a_literal_value_or_a_secret_still_fills_a_variable_that_chooses_code() 
         mcp_tool("m", server_command="srv", tool="t", env={"PATH": secret("TOOL_PATH")})
 
     shell_spec = next(s for s in literal.spec.steps if s.name == "a")
+    assert isinstance(shell_spec, ShellStepSpec)
     assert shell_spec.env == {"PATH": "/opt/tool/bin:/usr/bin", "LD_PRELOAD": ""}
 
 
@@ -125,6 +162,8 @@ def test_the_docs_list_every_name_and_family_of_the_table() -> None:
     text = (ROOT / "docs" / "placeholders.md").read_text()
     missing = [n for n in NAMES if f"`{n}`" not in text]
     missing += [p for p in CODE_PREFIXES if f"`{p}*`" not in text]
+    missing += [s for s in CODE_SUFFIXES if f"`*{s}`" not in text]
+    missing += [i for i in CODE_INFIXES if f"`*{i}*`" not in text]
     missing += [n for n in DATA_VARIABLES if f"`{n}`" not in text]
     assert not missing, f"docs/placeholders.md does not list: {missing}"
 

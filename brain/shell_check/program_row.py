@@ -1,0 +1,70 @@
+"""One row of the program table (:mod:`brain.shell_check.programs`): what a program does
+with its arguments that a placeholder must not reach, by kind (see that module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+Runs = Literal["code", "names", "program", "subcommand", "shell", "text", "options"]
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """What one program does with its arguments that a placeholder must not reach."""
+
+    runs: Runs
+    #: Why, in a few words, for messages and the docs.
+    why: str
+    #: ``text``: the options whose argument is program text; ``options``: those whose
+    #: argument is a program or sets one.
+    code_options: frozenset[str] = frozenset()
+    #: ``text``/``shell``/``program``: options that take an argument (skipped over).
+    arg_options: frozenset[str] = frozenset()
+    #: ``program``: fixed words between the options and the program (``setarch ARCH``).
+    leading: int = 0
+    #: ``subcommand``: the subcommands that run a program (or, for ``docker``, a command).
+    subcommands: frozenset[str] = frozenset()
+    #: ``options``: options whose value may be a placeholder (``git commit -m {x}``).
+    value_options: frozenset[str] = frozenset()
+    #: ``code``/``text``: options whose argument may hold a placeholder after a literal
+    #: ``NAME=`` (``awk -v n={x}``, ``psql -v id={x}``): a variable the program sets, data.
+    variable_options: frozenset[str] = frozenset()
+    #: ``options``: subcommands none of whose options runs a program (``git checkout``).
+    data_subcommands: frozenset[str] = frozenset()
+    #: ``options``: words after which the rest is a command it runs (``git submodule
+    #: foreach``, ``git bisect run``).
+    runs_after: frozenset[str] = frozenset()
+    #: ``text``: what follows program text given through a code option: ``data`` (python
+    #: stops reading options), ``options`` (perl, node, gawk read on: a value must follow
+    #: ``--``) or ``script`` (lua takes the next word as a script: no value at all).
+    after_code: Literal["data", "options", "script"] = "options"
+    #: ``subcommand``: subcommands after which comes a program and its arguments,
+    #: checked as for a ``program`` row (``uv run script.py {x}``); ``leading`` fixed
+    #: words first (``aws-vault exec PROFILE``).
+    wraps: frozenset[str] = frozenset()
+    #: ``subcommand``: subcommands after whose ``--`` the words are data for a script the
+    #: tool quotes them for (``npm run build -- {x}``).
+    data_after_dashes: frozenset[str] = frozenset()
+    #: ``subcommand``: those of ``data_after_dashes`` that name the script first
+    #: (``npm run build``), which must be written out.
+    names_script: frozenset[str] = frozenset()
+    #: ``program`` rows (or wrapping subcommands) that do not list every option taking an
+    #: argument: options known to take none, so the next word may be the program.
+    flag_options: frozenset[str] = frozenset()
+    #: ``subcommand``/``options``: options before the subcommand that take an argument
+    #: (``npm --prefix DIR``), and those that take none (``npm -g``): where the subcommand
+    #: stands. Another option may take one or not (both readings are judged).
+    global_options: frozenset[str] = frozenset()
+    global_flags: frozenset[str] = frozenset()
+    #: ``subcommand``: the subcommand a written word names (npm's aliases and
+    #: abbreviations: ``npm isntall``, ``npm rum``), ``None`` for no subcommand.
+    canonical: Callable[[str], str | None] | None = None
+    #: ``text``: options naming a module run as the program (``python -m MODULE``),
+    #: judged as that module: see :data:`CODE_MODULES`.
+    module_options: frozenset[str] = frozenset()
+    #: ``text``: whether short options cluster (``perl -le``, ``python3 -Im``); not for
+    #: ``java``, whose single-dash options are long (``-Xmx512m``).
+    clusters: bool = True
