@@ -170,6 +170,24 @@ def tail_text(data: bytes, limit: int = 8192) -> str | None:
     return text.encode("utf-8")[-limit:].decode("utf-8", errors="ignore")
 
 
+def head_text(data: bytes, limit: int, *, whole: bool = True) -> str:
+    """The first ``limit`` bytes of ``data`` as text; when that cuts it, secrets are
+    scrubbed before the cut, so no beginning of one survives it.
+
+    ``data`` should hold :func:`tail_margin` bytes beyond the limit (a secret the cut
+    splits is then there whole, and scrubbed); ``whole``: it is all there was (else its
+    last characters may be the start of a secret cut short, and are dropped too). Text
+    not cut is returned as it is: whoever stores it scrubs it."""
+    if len(data) <= limit:
+        return data.decode("utf-8", errors="replace")
+    text = scrub(data[:limit + tail_margin()].decode("utf-8", errors="replace")) or ""
+    if not whole or len(data) > limit + tail_margin():
+        # Scrubbing only shortens: a secret cut short at the end of what was kept lies
+        # within its last longest() characters.
+        text = text[:len(text) - longest()]
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+
+
 def cut(text: str, limit: int) -> str:
     """The first ``limit`` characters of ``text``, secrets scrubbed before the cut."""
     return (scrub(text) or "")[:limit]

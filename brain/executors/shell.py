@@ -23,6 +23,7 @@ from brain.executors.base import (
     StepContext,
     StepOutput,
     cut,
+    head_text,
     resolve_values,
     run_marker,
     tail_margin,
@@ -108,7 +109,10 @@ class ShellExecutor:
             finally:
                 pipes.started()
             limit = spec.max_output_bytes
-            stdout = _Collector(pipes.reading[0], limit=limit + 1, log=ctx.log, stream="stdout")
+            # Over the limit, a margin more is kept: a secret the cut splits is scrubbed
+            # whole before the cut (see head_text).
+            stdout = _Collector(pipes.reading[0], limit=limit + 1, keep=limit + tail_margin(),
+                                log=ctx.log, stream="stdout")
             stderr = _Collector(pipes.reading[1], keep_tail=8192 + tail_margin(), log=ctx.log,
                                 stream="stderr")
             return await self._watch(proc, prepared, stdin_data, ctx, stdout, stderr, limit)
@@ -144,14 +148,18 @@ class ShellExecutor:
             raise
         finally:
             _close_pipes(proc)
-        return _outcome(proc.returncode, stdout, stderr, limit)
+        if stdout.size > limit:  # scrubbed before the cut: up to a megabyte, off the loop
+            out = await asyncio.to_thread(_text, stdout, limit)
+        else:
+            out = _text(stdout, limit)
+        return _outcome(proc.returncode, out, stdout.size, stderr, limit)
 
 
-def _outcome(code: int | None, stdout: _Collector, stderr: _Collector, limit: int) -> StepOutput:
+def _outcome(code: int | None, out: str, size: int, stderr: _Collector,
+             limit: int) -> StepOutput:
     """The ended process's output, or :class:`StepFailed` saying why it failed."""
     err_tail = tail_text(bytes(stderr.data))
-    out = _text(stdout, limit)
-    if stdout.size > limit:
+    if size > limit:
         raise StepFailed(f"output is larger than max_output_bytes ({limit} bytes)",
                          stderr=err_tail, retryable=False, output=out)
     if code != 0:
@@ -164,8 +172,9 @@ def _outcome(code: int | None, stdout: _Collector, stderr: _Collector, limit: in
 
 
 def _text(stdout: _Collector, limit: int) -> str:
-    """The standard output kept (at most ``limit`` bytes), trailing newlines removed."""
-    return bytes(stdout.data[:limit]).decode("utf-8", errors="replace").rstrip("\n")
+    """The standard output kept (at most ``limit`` bytes, secrets scrubbed before a cut),
+    trailing newlines removed."""
+    return head_text(bytes(stdout.data), limit, whole=stdout.size == len(stdout.data)).rstrip("\n")
 
 
 #: ``fcntl``'s F_SETPIPE_SZ (Linux): how much a pipe holds.
@@ -234,10 +243,12 @@ class _Collector:
     """Reads a pipe to its end, keeping all (up to ``limit``) or only the last bytes, and
     feeding each chunk to the step's log (as ``stream``)."""
 
-    def __init__(self, fd: int, *, limit: int | None = None,
+    def __init__(self, fd: int, *, limit: int | None = None, keep: int | None = None,
                  keep_tail: int | None = None, log: StepLog | None = None,
                  stream: str = "stdout") -> None:
         self.fd = fd
+        #: How many bytes to keep once over ``limit`` (all that fits below it by default).
+        self.keep = keep
         self.log = log
         self.stream = stream
         self.limit = limit
@@ -267,7 +278,8 @@ class _Collector:
                 # Over the limit: keep what fits (shown with the failure), say so, and keep
                 # draining (and dropping) until EOF so the pipe closes once the process
                 # group is killed.
-                self.data += chunk[:max(self.limit - 1 - len(self.data), 0)]
+                keep = self.limit - 1 if self.keep is None else self.keep
+                self.data += chunk[:max(keep - len(self.data), 0)]
                 if not self.overflow.done():
                     self.overflow.set_result(None)
                 continue

@@ -10,6 +10,8 @@
 3. An output over ``max_output_bytes`` is cut at the limit and then scrubbed: a secret the
    cut splits keeps its first characters (plain or encoded) in the stored output.
 
+All three are fixed; the tests below hold the fixes.
+
 Run: ``.venv/bin/pytest tests/attack/test_attack_round4_scrub_cost.py``
 """
 
@@ -21,7 +23,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 from serve_support import brain_argv, clean_env
 
 
@@ -77,8 +78,6 @@ def cut():
 TOKEN = "k9Qz-7Rw_Lm2Xv8pNc4Tg6Hy1Jb3Ds5Fa0We8Ui2Op4As6Df8Gh0Jk2Lz4Xc6Vb8"
 
 
-@pytest.mark.xfail(strict=True, reason="round 4: an output over max_output_bytes is cut "
-                   "before it is scrubbed, so a secret the cut splits keeps its first characters")
 def test_an_output_cut_at_max_output_bytes_keeps_no_part_of_a_secret(tmp_path: Path) -> None:
     (tmp_path / "cut.py").write_text(WORKFLOW)
     env = clean_env(tmp_path / "brain.db", {"TOK": TOKEN})
