@@ -32,7 +32,7 @@ def test_an_output_cut_across_a_secret_keeps_no_beginning_of_it(form: str, befor
     before = min(before, len(printed) - 1)  # the cut falls inside the printed secret
 
     @workflow
-    def sh_cut_secret():
+    def sh_cut_secret() -> None:
         shell("cut", max_output_bytes=LIMIT, env={"TOK": secret("TOK")},
               command=f"head -c {LIMIT - before} /dev/zero | tr '\\0' .; {command}; "
                       "head -c 3000 /dev/zero | tr '\\0' .")
