@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import string
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -347,13 +346,11 @@ def test_connection_refused_is_retryable():
         mcp_tool("call", url=url, tool="echo", args={"text": "x"}, retries=1,
                  retry_delay_seconds=0, timeout_seconds=10)
 
-    t0 = time.monotonic()
     r = mcp_remote_refused()
     step = r.steps["call"]
     assert step.status == "failed"
     assert step.tries == 2, f"a refused connection was not retried: {step.error!r}"
     assert step.error and "timed out" not in step.error  # refused at once, not waited for
-    assert time.monotonic() - t0 < 15
 
 
 def test_the_timeout_covers_a_slow_call_and_is_retryable(http: HttpMcpServer, bearer_env: None):
@@ -365,14 +362,12 @@ def test_the_timeout_covers_a_slow_call_and_is_retryable(http: HttpMcpServer, be
                  bearer=secret("MCP_TEST_BEARER"), timeout_seconds=3, retries=1,
                  retry_delay_seconds=0)
 
-    t0 = time.monotonic()
     r = mcp_remote_slow()
     step = r.steps["slow"]
     assert step.status == "failed"
     assert step.error == "timed out after 3 s"
     assert step.tries == 2
     assert r.error == "step 'slow' failed: timed out after 3 s"
-    assert time.monotonic() - t0 < 20
     # The call itself was under way when the time ran out (not only connecting).
     assert http.events("slow-started") and any(
         e["tag"] == tag for e in http.events("slow-started"))
@@ -389,13 +384,10 @@ def test_the_timeout_covers_connect_and_handshake():
         def mcp_remote_silent():
             mcp_tool("call", url=url, tool="echo", args={"text": "x"}, timeout_seconds=1)
 
-        t0 = time.monotonic()
         r = mcp_remote_silent()
-        elapsed = time.monotonic() - t0
     step = r.steps["call"]
     assert step.status == "failed"
     assert step.error == "timed out after 1 s"
-    assert elapsed < 10
 
 
 # --- secrets never shown -------------------------------------------------------------------------

@@ -264,7 +264,8 @@ def test_half_sent_request_head_is_closed_after_the_header_timeout(server: Brain
 
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.settimeout(HEADER_TIMEOUT_SECONDS + 10)
+        # Far past the timeout: only a server that never closes the connection fails here.
+        sock.settimeout(HEADER_TIMEOUT_SECONDS + 60)
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         try:
             data = sock.recv(1024)
@@ -286,7 +287,7 @@ def test_half_sent_body_is_closed_after_the_body_timeout(server: BrainServer) ->
 
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.settimeout(BODY_TIMEOUT_SECONDS + 10)
+        sock.settimeout(BODY_TIMEOUT_SECONDS + 60)  # only a server that never closes it fails
         sock.sendall(b"POST /hooks/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                      b"Content-Type: text/plain\r\nContent-Length: 1000000\r\n\r\nab")
         data = b""
@@ -299,7 +300,8 @@ def test_half_sent_body_is_closed_after_the_body_timeout(server: BrainServer) ->
             pass
     elapsed = time.monotonic() - started
     assert b" 500 " not in data.split(b"\r\n", 1)[0], data
-    assert BODY_TIMEOUT_SECONDS - 1 <= elapsed <= BODY_TIMEOUT_SECONDS + 5, elapsed
+    # Closed by the body timeout, not before (a busy machine only makes it later).
+    assert elapsed >= BODY_TIMEOUT_SECONDS - 1, elapsed
     assert server.client.get("/health").status_code == 200
 
 
