@@ -74,11 +74,11 @@ def call(url: str, *, transport: str = "streamable-http", retries: int = 0,
 
 @pytest.mark.parametrize("code", [401, 403])
 def test_a_refused_call_after_a_good_handshake_fails_at_once(hostile: HostileMcp, code: int):
-    r, took = call(hostile.url(f"callhttp{code}"), retries=2)
+    r, _ = call(hostile.url(f"callhttp{code}"), retries=2)
     step = r.steps["m"]  # type: ignore[attr-defined]
+    # At once: one try of three, failed on the refusal itself (not on the 10 s timeout).
     assert step.status == "failed" and step.tries == 1, step.error
     assert step.error.startswith("authentication failed") and f"HTTP {code}" in step.error
-    assert took < 8
 
 
 @pytest.mark.parametrize("code", [500, 502, 503])
@@ -114,15 +114,14 @@ def test_a_refused_sse_stream_fails_at_once(sse_with_token: HttpMcpServer):
     ("trickleinit", "streamable-http"), ("slowbody", "streamable-http"),
     ("sse-silent", "sse"), ("sse-trickle", "sse"), ("sse-foreign", "sse")])
 def test_the_timeout_ends_a_server_that_stalls(hostile: HostileMcp, mode: str, transport: str):
-    """Each try ends at its timeout (1 s) with ``timed out after 1 s``, and is retried;
-    closing each session adds a few seconds at most."""
-    r, took = call(hostile.url(mode, sse=transport == "sse"), transport=transport, retries=1,
+    """Each try ends at its timeout (1 s) with ``timed out after 1 s``, and is retried (how
+    long closing each session adds is ``bench/mcp_stall.py``'s figure)."""
+    r, _ = call(hostile.url(mode, sse=transport == "sse"), transport=transport, retries=1,
                    timeout=1, name=f"atk_mcp_stall_{mode.replace('-', '_')}")
     step = r.steps["m"]  # type: ignore[attr-defined]
     assert step.status == "failed", step.error
     assert step.error == "timed out after 1 s", step.error
     assert step.tries == 2
-    assert took < 2 * (1 + 5), f"two 1 s tries took {took:.1f} s"
 
 
 # --- found ---------------------------------------------------------------------------------------
