@@ -1,5 +1,7 @@
-"""The encoded runs that hold a secret (SPEC §11) are found from each hit outwards: the
-same runs as listing every run of the text, without the list."""
+"""The encoded runs that hold a secret (SPEC §11) are found from each hit outwards: in a
+text whose runs are wrapped by line breaks only, the same runs as listing every run of
+the text, without the list (separators other than line breaks join runs too: see
+test_secrets_tools.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def _listed(text: str, needles: set[str]) -> set[tuple[int, int]]:
 
 _PIECE = st.one_of(
     st.text("ABCxyz019+/-_=", max_size=12),
-    st.sampled_from([" ", "\n", "\r\n", "=", "==", ":", " \n", "\n\n"]),
+    st.sampled_from(["\n", "\r\n", "=", "==", "!", ".\n", "\n\n"]),
     st.binary(max_size=8).map(lambda b: base64.b64encode(b + SECRET.encode()).decode()),
     st.binary(max_size=3).map(lambda b: (b + SECRET.encode()).hex()),
 )

@@ -8,8 +8,8 @@ they are read: replacing a one-letter secret would mangle every text and give
 the secret away by the holes it leaves.
 
 This package imports nothing else of The Brain; its modules: :mod:`.forms` (what a
-secret looks like printed), :mod:`.runs` (encoded runs holding one), :mod:`.escapes`
-(escaped text spelling one).
+secret looks like printed), :mod:`.runs` (encoded runs holding one), :mod:`.dumps` (hex
+dumps showing one), :mod:`.escapes` (escaped text spelling one).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Iterable
 
+from brain._secrets.dumps import dump_spans
 from brain._secrets.escapes import escaped_spans
 from brain._secrets.forms import (
     MIN_SECRET_LENGTH,
@@ -80,8 +81,9 @@ def scrub(text: str | None, extra: Iterable[str] = ()) -> str | None:
     Overlapping secrets are replaced as one stretch, so no part of either is left. A
     stretch of URL or JSON text whose escapes (``%7E``, ``\\u002B``), decoded, spell a
     secret is replaced whole, whichever characters its writer chose to escape; so is a
-    base64 or hex run, wrapped or not, that encodes a secret anywhere in it (see
-    :func:`.runs.encoded_spans`).
+    base64 or hex run, wrapped, indented, quoted or grouped, that encodes a secret
+    anywhere in it (see :func:`.runs.encoded_spans`), and a hex dump's lines that show
+    one (see :func:`.dumps.dump_spans`).
     """
     if not text:
         return text
@@ -101,6 +103,7 @@ def scrub(text: str | None, extra: Iterable[str] = ()) -> str | None:
         spans += escaped_spans(text, [v for v in _given if len(v) >= MIN_SECRET_LENGTH])
     if _encoded:
         spans += encoded_spans(text, list(_encoded))
+        spans += dump_spans(text, list(_given))
     return _replaced(text, spans)
 
 

@@ -15,39 +15,45 @@ RUN = re.compile(r"[A-Za-z0-9+/_\-\r\n]+=*")
 _BEFORE_RUN = re.compile(r"(?s).*[^A-Za-z0-9+/_\-\r\n]")
 
 
+#: What tools put between the pieces of an encoding they print: line breaks (``base64``
+#: wraps), indentation (a YAML block), quotes, commas and brackets (lines in a JSON array),
+#: spaces (base64 in groups, ``od``'s hex) and colons (a fingerprint).
+_SEPARATORS = " \t\r\n\"',[]:"
+_JOIN = str.maketrans(dict.fromkeys(_SEPARATORS))
+_SEPARATOR = re.compile("[" + re.escape(_SEPARATORS) + "]")
+
+
 def encoded_spans(text: str, needles: Iterable[str]) -> list[tuple[int, int]]:
     """The runs of ``text`` that hold one of ``needles`` (a secret hex- or
-    base64-encoded): each whole.
+    base64-encoded), and whatever separates them from the runs that go on with it.
 
-    A run is a stretch of base64 (or hex) characters, line breaks included (``base64``
-    wraps at 76, ``openssl base64`` at 64, anything at any width, with CRLF or LF), up to
-    its ``=`` padding. The secret's core (see :func:`brain._secrets.forms.encoded_forms`)
-    is looked for in the text with every line break taken out, so the secret may sit
-    anywhere in a longer encoded text, at any alignment, in either alphabet, wrapped at
-    any width: when found, the whole run around it goes, not only the core (the
-    characters at its edges hold a few of the secret's bits as well, and what the run
-    encodes is the secret's context: ``user:TOKEN``). Costs one ``str.find`` per needle
-    when nothing is found, and the text's copy without line breaks; each run found is
-    measured from the match outwards, so a hit in a long text costs no list of its runs
-    or breaks."""
-    joined = text.replace("\r", "").replace("\n", "") if "\n" in text or "\r" in text else text
-    found: list[int] = []
+    A run is a stretch of base64 (or hex) characters, line breaks included, up to its
+    ``=`` padding. The secret's core (see :func:`brain._secrets.forms.encoded_forms`) is
+    looked for in the text with every separator taken out (:data:`_SEPARATORS`), so the
+    secret may sit anywhere in a longer encoded text, at any alignment, in either
+    alphabet, wrapped at any width, indented, quoted or grouped: when found, the whole
+    runs it spans go, not only the core (the characters at its edges hold a few of the
+    secret's bits as well, and what a run encodes is the secret's context:
+    ``user:TOKEN``). Costs one ``str.find`` per needle and one copy of the text when
+    nothing is found; each run found is measured from the match outwards, so a hit in a
+    long text costs no list of its runs or separators."""
+    joined = text.translate(_JOIN)
+    found: list[tuple[int, int]] = []
     for form in needles:
         start = joined.find(form)
         while start != -1:
-            found.append(start)
+            found.append((start, start + len(form) - 1))
             start = joined.find(form, start + 1)
     if not found:
         return []
-    found.sort()
-    if joined is not text:
-        found = list(_unjoined(text, found))
+    at = dict(zip(sorted({j for hit in found for j in hit}),
+                  _unjoined(text, sorted({j for hit in found for j in hit})), strict=True))
     spans: list[tuple[int, int]] = []
-    for hit in found:
-        if spans and hit < spans[-1][1]:
-            continue  # in the run just found
-        run = RUN.match(text, hit)  # a needle starts there: a run goes on from it
-        spans.append(trimmed(text, _run_start(text, hit), run.end() if run else hit + 1))
+    for first, last in sorted((at[a], at[b]) for a, b in found):
+        if spans and last < spans[-1][1]:
+            continue  # in the runs just found
+        run = RUN.match(text, last)  # a needle ends there: its run goes on from it
+        spans.append(trimmed(text, _run_start(text, first), run.end() if run else last + 1))
     return spans
 
 
@@ -75,9 +81,9 @@ def trimmed(text: str, start: int, stop: int) -> tuple[int, int]:
 
 
 def _unjoined(text: str, positions: list[int]) -> Iterator[int]:
-    """Each of the sorted ``positions`` in ``text`` with its line breaks taken out, as a
-    position in ``text``: one pass over the breaks, none of them kept."""
-    breaks = re.finditer(r"[\r\n]", text)
+    """Each of the sorted ``positions`` in ``text`` with its separators taken out, as a
+    position in ``text``: one pass over the separators, none of them kept."""
+    breaks = _SEPARATOR.finditer(text)
     passed = 0  # breaks before the position in text
     upcoming = next(breaks, None)
     for j in positions:

@@ -18,6 +18,14 @@ take at most (half a second): only a program that pauses in the middle of printi
 encoded secret can split it, and then each part shows at most 10 bytes of the secret at
 each of its ends.
 
+Limits, known and accepted: a program that prints an encoded secret slowly, a few
+characters a line with pauses longer than a take between them (``base64 -w 12`` piped
+through ``sleep``), has each line stored and streamed as scrubbed alone (see
+:func:`brain._secrets.scrub_part`), and a line too short to hold 11 of the secret's bytes
+(15 base64 characters) shows its few bytes of it; and
+an encoding split between stdout and stderr is scrubbed per stream, each half on its own.
+Both take a program that means to show the secret.
+
 Thread-safe: a ``@step`` function's threads print into the same log as the loop reads.
 """
 
