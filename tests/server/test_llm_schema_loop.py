@@ -4,9 +4,10 @@ minutes in Python's ``re``, which holds the GIL; the check runs in a child proce
 
 The fake model is a :class:`brain.testing.FakeChatServer` on 127.0.0.1 in this test's
 process; the server is a ``brain serve`` subprocess. The test asks ``/health`` again and
-again while the run goes on: each answer must come within 5 s (a bound no busy machine
-reaches; on the code as it was, ``/health`` waited out the whole backtracking), and the
-worst latency seen is printed.
+again while the run goes on: it must answer after the model was asked and before the step
+ended (on the code as it was, ``/health`` waited out the whole backtracking), each answer
+within a minute (a bound no busy machine reaches, well short of the backtracking). The worst
+latency seen is printed; ``bench/schema_loop.py`` measures it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^
 def backtracking():
     llm("ask", prompt="Say a", model="m", schema=SCHEMA, timeout_seconds=3)
 """
-HEALTH_BOUND = 5.0
+HEALTH_BOUND = 60.0  # seconds: a server held by the backtracking would be held for minutes
 
 
 def test_health_answers_while_a_pathological_schema_is_checked_and_the_step_times_out(
@@ -45,9 +46,11 @@ def test_health_answers_while_a_pathological_schema_is_checked_and_the_step_time
             server.wait_healthy()
             run_id = server.start_run("backtracking")
             latencies: list[float] = []
+            during = 0  # /health answers after the model was asked, before the run ended
             deadline = time.monotonic() + 60
             with httpx.Client(base_url=server.url, timeout=HEALTH_BOUND) as client:
                 while True:
+                    asked = bool(model.requests)
                     t0 = time.monotonic()
                     health = client.get("/health")  # raises past HEALTH_BOUND
                     latencies.append(time.monotonic() - t0)
@@ -55,6 +58,7 @@ def test_health_answers_while_a_pathological_schema_is_checked_and_the_step_time
                     run = client.get(f"/api/runs/{run_id}").json()
                     if run["status"] in ("succeeded", "failed", "cancelled"):
                         break
+                    during += asked
                     assert time.monotonic() < deadline, run
                     time.sleep(0.05)
             print(f"/health: {len(latencies)} answers while the run went on, worst "
@@ -64,4 +68,4 @@ def test_health_answers_while_a_pathological_schema_is_checked_and_the_step_time
     assert run["status"] == "failed"
     assert step["error"] == "timed out after 3 s"
     assert step["output"] == ANSWER  # the answer it was checking is kept
-    assert max(latencies) < HEALTH_BOUND
+    assert during > 0, "/health never answered while the answer was being checked"
