@@ -1,17 +1,21 @@
-"""Peak memory of ``brain run`` when an LLM endpoint answers with 200 MB (issue 30, item 2).
+"""Peak memory of ``brain run`` when an LLM endpoint answers with 200 MB (issue 30, item 2),
+or with an answer within the byte bound made of tiny JSON values (``{},{},…``).
 
 Prints figures; asserts nothing.   .venv/bin/python bench/hostile_llm.py [MEGABYTES]
 
 A one-step ``llm()`` workflow runs in a ``brain run`` subprocess against a server on
 127.0.0.1 that answers, in turn: a normal small completion (the baseline); MEGABYTES (200)
 announced with Content-Length; the same chunked, without a length; and the same gzip
--compressed to a few hundred KiB (a bomb). For each, the child's peak resident memory (from
+-compressed to a few hundred KiB (a bomb); then answers of tiny values: just within the
+limit on values (the most an answer may hold), and just within the byte bound (7 MiB:
+millions of values), plain and gzipped (30 KB on the wire). For each, the child's peak resident memory (from
 ``wait4``'s rusage, so nothing in the child is changed), how much the server managed to send
 before the client hung up, and the step's error. Target: every peak under 150 MB.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -47,6 +51,12 @@ def blocks(total: int) -> Iterator[bytes]:
         part = block[:total - sent]
         sent += len(part)
         yield part
+
+
+def tiny_values(units: int) -> bytes:
+    """A small answer whose extra field holds ``units`` empty objects (``{},`` each)."""
+    head = b'{"choices":[{"message":{"role":"assistant","content":"hi"}}],"x":['
+    return head + b"{}," * units + b"0]}"
 
 
 def gzipped(total: int) -> Iterator[bytes]:
@@ -133,6 +143,18 @@ def main() -> None:
         (f"{megabytes} MB, chunked", {}, lambda: blocks(total)),
         (f"{megabytes} MB gzip bomb", {"Content-Encoding": "gzip"}, lambda: gzipped(total)),
     ]
+    from brain.executors.json_budget import structure_limit
+    from brain.executors.llm_answer import answer_limit
+
+    # {}, is two structural characters: the most a default step reads, and the byte bound.
+    for label, units in (("tiny values at the value limit", structure_limit(MIB) // 2 - 8),
+                         ("tiny values, 7 MiB", (answer_limit(MIB) - 128) // 3)):
+        raw = tiny_values(units)
+        packed = zlib.compress(raw, 9)
+        cases += [(label, {"Content-Length": str(len(raw))}, functools.partial(iter, [raw])),
+                  (label + ", deflated", {"Content-Length": str(len(packed)),
+                                          "Content-Encoding": "deflate"},
+                   functools.partial(iter, [packed]))]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "hostile.py").write_text(WORKFLOW)
@@ -144,7 +166,7 @@ def main() -> None:
         for label, headers, body in cases:
             server.headers, server.body, server.sent = headers, body, 0
             peak, seconds, end = brain_run(folder, env)
-            print(f"  {label:32} peak {peak:6.1f} MB  {seconds:5.2f} s  server sent "
+            print(f"  {label:40} peak {peak:6.1f} MB  {seconds:5.2f} s  server sent "
                   f"{server.sent / MIB:7.1f} MiB  -> {end[:110]}")
     print("target: every peak under 150 MB")
 

@@ -8,10 +8,8 @@ workflow has an LLM step.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -19,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import SecretStr
 
 from brain._errors import StepFailed
-from brain._secrets import MIN_SECRET_LENGTH, longest, remember, scrub
+from brain._secrets import MIN_SECRET_LENGTH, remember, scrub
 from brain.dsl.model import LlmStepSpec, SecretRef
 from brain.executors.base import (
     REDACTED,
@@ -30,6 +28,17 @@ from brain.executors.base import (
     read_secret,
     tail_margin,
 )
+from brain.executors.json_budget import StructureCounter, structure_limit
+from brain.executors.llm_answer import (
+    ERROR_BODY_BYTES,
+    answer_content,
+    answer_limit,
+    count_usage,
+    json_of,
+    output_bytes,
+    read_within,
+)
+from brain.executors.llm_answer import preview as _preview  # the name tests import
 from brain.executors.llm_schema import (
     checked_answer_apart,
     json_object_form,
@@ -47,27 +56,7 @@ if TYPE_CHECKING:
     from brain.executors.steplog import StepLog
 
 DEFAULT_BASE_URL = "http://localhost:1234/v1"
-_BODY_PREVIEW = 300
-_PREVIEW_SCAN = 16384
-#: The most bytes of an error answer read: its preview and usage are in its first few.
-_ERROR_BODY_BYTES = 65536
 _MAX_RETRY_AFTER = 600.0
-#: An answer may be this many times bigger than its content: JSON writes a character of
-#: text in at most 6 bytes (``\u0001``; ``\ud83d\ude00`` is 12 bytes for 4 of UTF-8).
-ANSWER_BYTES_PER_OUTPUT_BYTE = 6
-#: Room in an answer for what is not its content: ids, usage, and the ``reasoning_content``
-#: of a reasoning model (tens of thousands of tokens).
-ANSWER_MARGIN_BYTES = 1 << 20
-#: The most tokens one answer's ``usage`` may report per kind; more is not a real count.
-MAX_USAGE_TOKENS = 10**9
-EMPTY_CONTENT = ("the model returned empty content; a reasoning model likely needs larger "
-                 "max_tokens and timeout_seconds (e.g. max_tokens=8000, timeout_seconds=600)")
-
-
-def answer_limit(max_output_bytes: int) -> int:
-    """The most bytes of an HTTP answer read for a step whose output may be
-    ``max_output_bytes``: its content at its most escaped, plus room for the rest."""
-    return ANSWER_BYTES_PER_OUTPUT_BYTE * max_output_bytes + ANSWER_MARGIN_BYTES
 
 
 def _replace_userinfo(url: str, replacement: str) -> str:
@@ -151,25 +140,6 @@ def _remember_url_password(url: str) -> None:
         remember(base64.b64encode(f"{unquote(user or '')}:{password}".encode()).decode())
 
 
-def _preview(text: str, *, cut: bool = False) -> str:
-    """The start of a body, on one line, scrubbed of secrets: only its first
-    :data:`_PREVIEW_SCAN` characters are read (scrubbing megabytes would hold the loop).
-    ``cut``: ``text`` is already the start of a longer body."""
-    cut = cut or len(text) > _PREVIEW_SCAN
-    # Scrubbed before its whitespace is folded (a secret may hold a newline or two spaces),
-    # and after (folding may put together a secret's words).
-    text = scrub(" ".join((scrub(text[:_PREVIEW_SCAN]) or "").split())) or ""
-    if cut:  # its last characters may be the start of a secret the cut split: dropped
-        text = text[:max(len(text) - longest(), 0)]
-    return text[:_BODY_PREVIEW] + ("…" if cut or len(text) > _BODY_PREVIEW else "")
-
-
-def _shown_body(raw: bytes) -> str:
-    """:func:`_preview` of a body as received (only its start is decoded)."""
-    return _preview(raw[:_PREVIEW_SCAN].decode("utf-8", errors="replace"),
-                    cut=len(raw) > _PREVIEW_SCAN)
-
-
 class LlmExecutor:
     """Runs ``llm()`` steps with one pooled ``httpx.AsyncClient`` per run."""
 
@@ -232,7 +202,8 @@ class LlmExecutor:
             inputs["schema"] = spec.schema_name
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         payload = {"url": url, "body": body, "headers": headers,
-                   "limit": answer_limit(spec.max_output_bytes)}
+                   "limit": answer_limit(spec.max_output_bytes),
+                   "values": structure_limit(spec.max_output_bytes)}
         return PreparedStep(inputs=inputs, payload=payload, secrets=secrets)
 
     async def execute(self, spec: LlmStepSpec, prepared: PreparedStep,
@@ -295,48 +266,36 @@ class LlmExecutor:
                                              headers={"Accept-Encoding": "identity"})
         url: str = payload["url"]
         limit: int = payload["limit"]
+        shown = shown_endpoint(url)
         try:
             async with self._client.stream("POST", _request_url(url), json=body,
                                            headers=payload["headers"]) as response:
                 status = response.status_code
                 retry_after = response.headers.get("retry-after")
-                raw, whole = await _read_within(
-                    response, _ERROR_BODY_BYTES if status >= 400 else limit, url)
+                if status >= 400:
+                    raw, whole = await read_within(response, ERROR_BODY_BYTES, shown)
+                else:
+                    raw, whole = await read_within(response, limit, shown,
+                                                   StructureCounter(payload["values"]))
         except httpx.TimeoutException as exc:
-            raise StepFailed(f"timed out talking to {shown_endpoint(url)}: "
-                             f"{type(exc).__name__}") from None
+            raise StepFailed(f"timed out talking to {shown}: {type(exc).__name__}") from None
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
-            raise StepFailed(f"cannot reach {shown_endpoint(url)}: {reason}") from None
-        if status >= 400:  # its body is at most _ERROR_BODY_BYTES
+            raise StepFailed(f"cannot reach {shown}: {reason}") from None
+        if status >= 400:  # its body is at most ERROR_BODY_BYTES
             if whole:
-                _count_usage(_json_of(raw), log)  # an error may have cost tokens too
+                count_usage(json_of(raw), log)  # an error may have cost tokens too
             retryable = status == 429 or status >= 500
             text = raw.decode("utf-8", errors="replace")
             error = _RefusedFormat if refuses_json_schema(body, status, text) else StepFailed
-            raise error(f"HTTP {status} from {shown_endpoint(url)}: {_preview(text, cut=not whole)}",
+            raise error(f"HTTP {status} from {shown}: {_preview(text, cut=not whole)}",
                         retryable=retryable,
                         retry_after=_retry_after(retry_after) if retryable else None)
         if not whole:
-            raise StepFailed(f"the answer from {shown_endpoint(url)} is larger than {limit} bytes, "
-                             f"more than an output of max_output_bytes ({_output_bytes(limit)} "
+            raise StepFailed(f"the answer from {shown} is larger than {limit} bytes, more "
+                             f"than an output of max_output_bytes ({output_bytes(limit)} "
                              f"bytes) needs; stopped reading it", retryable=False)
-        data = _json_of(raw)
-        if data is _NOT_JSON:
-            raise StepFailed(f"the answer from {shown_endpoint(url)} is not JSON: "
-                             f"{_shown_body(raw)}", retryable=False)
-        _count_usage(data, log)
-        try:
-            content = data["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            content = False
-        if content is False or not (content is None or isinstance(content, str)):
-            raise StepFailed(f"the answer from {shown_endpoint(url)} has no "
-                             f"choices[0].message.content text: {_shown_body(raw)}",
-                             retryable=False)
-        if not content:
-            raise StepFailed(EMPTY_CONTENT, retryable=False)
-        return str(content)
+        return answer_content(raw, shown, log)
 
     async def close(self) -> None:
         """Close the HTTP client (its pooled connections)."""
@@ -391,110 +350,3 @@ def _request_url(url: str) -> httpx.URL:
 class _RefusedFormat(StepFailed):
     """An HTTP error that names the ``response_format`` asked for: the server may take
     another form of it."""
-
-
-_NOT_JSON = object()
-
-
-def _output_bytes(limit: int) -> int:
-    """The ``max_output_bytes`` an answer ``limit`` was made for (see :func:`answer_limit`)."""
-    return (limit - ANSWER_MARGIN_BYTES) // ANSWER_BYTES_PER_OUTPUT_BYTE
-
-
-async def _read_within(response: httpx.Response, limit: int, url: str) -> tuple[bytes, bool]:
-    """The body of ``response`` as it comes, decoded, and whether it is whole: reading stops
-    past ``limit`` bytes (or before any, when its announced length is over), so whatever a
-    server sends, no more than ``limit`` plus one read is held."""
-    decode = _decoder(response.headers.get("content-encoding"), url)
-    if decode is None:
-        announced = response.headers.get("content-length", "")
-        if announced.isdigit() and int(announced) > limit:
-            return b"", False
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_raw():
-        part = chunk if decode is None else decode(chunk, limit - size + 1)
-        parts.append(part)
-        size += len(part)
-        if size > limit:
-            return b"".join(parts)[:limit], False
-    return b"".join(parts), True
-
-
-def _decoder(encoding: str | None, url: str) -> Callable[[bytes, int], bytes] | None:
-    """How to decode a body sent with Content-Encoding ``encoding`` yielding at most the
-    bytes asked for at each step (``None``: not encoded). gzip and deflate are read (a server
-    may compress though asked not to); any other coding fails the step, saying so."""
-    codings = [c for c in (encoding or "").lower().replace(" ", "").split(",")
-               if c and c != "identity"]
-    if not codings:
-        return None
-    if codings not in (["gzip"], ["x-gzip"], ["deflate"]):
-        raise StepFailed(f"the answer from {shown_endpoint(url)} is encoded as {encoding!r}, "
-                         f"which an llm() step does not read (it asks for no encoding)",
-                         retryable=False)
-    import zlib
-
-    unpack = zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or a zlib header, as it comes
-
-    def decode(data: bytes, most: int) -> bytes:
-        try:
-            return unpack.decompress(data, most)
-        except zlib.error as exc:
-            raise StepFailed(f"the answer from {shown_endpoint(url)} does not decode as "
-                             f"{encoding}: {exc}", retryable=False) from None
-
-    return decode
-
-
-class _LongNumber:
-    """A JSON integer too long to be any count (``int()`` of over 4300 digits raises)."""
-
-    __slots__ = ("digits",)
-
-    def __init__(self, digits: str) -> None:
-        self.digits = digits
-
-    def __repr__(self) -> str:
-        return f"{self.digits[:12]}… ({len(self.digits)} digits)"
-
-
-def _whole_number(text: str) -> int | _LongNumber:
-    return int(text) if len(text) <= 30 else _LongNumber(text)
-
-
-def _json_of(raw: bytes) -> Any:
-    """The body parsed as JSON, or :data:`_NOT_JSON` when it is not JSON."""
-    try:
-        return json.loads(raw, parse_int=_whole_number)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested past the limit
-        return _NOT_JSON
-
-
-def _sane_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) \
-        and 0 <= value <= MAX_USAGE_TOKENS
-
-
-def _count_usage(data: Any, log: StepLog | None) -> None:
-    """Count an answer's ``usage`` (SPEC §18) in the step's log: whole numbers from 0 to
-    :data:`MAX_USAGE_TOKENS`; any other value is left out, with a line of the log saying so."""
-    if log is None or not isinstance(data, dict):
-        return
-    usage = data.get("usage")
-    if not isinstance(usage, dict):
-        return
-    counts: dict[str, int] = {}
-    for kind in ("prompt_tokens", "completion_tokens"):
-        if kind not in usage:
-            continue
-        value = usage[kind]
-        if _sane_count(value):
-            counts[kind] = value
-        else:
-            shown = json.dumps(value, default=repr, ensure_ascii=False)
-            shown = shown[:40] + ("…" if len(shown) > 40 else "")
-            log.say(f"usage: {kind} ignored, not a whole number from 0 to "
-                    f"{MAX_USAGE_TOKENS}: {shown}")
-    if counts:
-        log.count_usage(counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0))

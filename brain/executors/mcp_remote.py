@@ -13,6 +13,14 @@ repeat). Answers are asked for uncompressed, and a compressed one is refused, si
 size would only be known once inflated. The event streams a session listens on (``GET``)
 live as long as the session, so they are bounded event by event instead, by the SDK's own
 limit (the bound for streamable HTTP; the SDK's fixed 1 MiB on the legacy transport).
+
+Bytes are not memory: 7 MiB of tiny values (``[{},{},…]``) is millions of Python objects
+once the SDK and pydantic have parsed it. So every answer, and every event of every stream
+(``GET`` ones included), is also counted as it streams in
+(:class:`~brain.executors.json_budget.StructureCounter`), and one JSON message holding more
+than :func:`~brain.executors.json_budget.structure_limit` values fails the step at once,
+before anything parses it. Every body is read as UTF-8 (what MCP sends), whatever charset
+it declares, so that the count is made on the bytes the parser reads.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from brain._errors import StepFailed, innermost
+from brain.executors.json_budget import StructureCounter, structure_limit
 from brain.executors.llm import shown_endpoint
 
 #: Seconds to connect, write and wait for a pooled connection (a read may take as long as
@@ -93,6 +102,11 @@ class RemoteServer:
         return answer_bound(self.max_output_bytes)
 
     @property
+    def most_values(self) -> int:
+        """The most structural characters one JSON message may hold (:func:`structure_limit`)."""
+        return structure_limit(self.max_output_bytes)
+
+    @property
     def shown(self) -> str:
         """The URL as it may be shown (any user and password hidden; ``***`` for a URL that
         is a secret as a whole)."""
@@ -108,8 +122,19 @@ class RemoteServer:
         if (code in (401, 403, 404) or code >= 500) and self.status is None:
             self.status = code
             self._refused.set()
+        # The count is made on the bytes, so they are read as UTF-8 whatever the answer says
+        # (an SSE body is decoded with its declared charset; a JSON one must be UTF-8).
+        response.encoding = "utf-8"
+        content_type = response.headers.get("content-type", "").partition(";")[0]
+        counter = StructureCounter(self.most_values,
+                                   events=content_type.strip().lower() == "text/event-stream")
         if response.request.method != "POST":
-            return  # an event stream the session listens on: bounded event by event
+            # An event stream the session listens on: its bytes are bounded event by event
+            # (by the SDK), its values here; past them it just ends (the SDK would log an
+            # error with its traceback, and reconnect).
+            response.stream = _bounded_stream()(response.stream, None, counter, self._cut,
+                                                raises=False)
+            return
         coding = response.headers.get("content-encoding", "identity").strip().lower()
         if coding not in ("", "identity"):
             raise self._stop_reading(StepFailed(
@@ -119,8 +144,21 @@ class RemoteServer:
         # The SDK reads a JSON answer whole and logs a read error with its traceback:
         # stopped by an error of ours, it does neither. The legacy transport's message
         # POSTs log any error, so there the answer just ends early (it carries nothing).
-        response.stream = _bounded_stream()(response.stream, self.bound, self._too_large,
+        response.stream = _bounded_stream()(response.stream, self.bound, counter, self._cut,
                                             raises=self.kind != "sse")
+
+    def _cut(self, too_large: bool) -> StepFailed:
+        """Stop reading an answer larger than the bound (``too_large``) or holding too many
+        values: the step fails at once."""
+        return self._too_large() if too_large else self._too_many_values()
+
+    def _too_many_values(self) -> StepFailed:
+        """Stop reading an answer holding more values than a step's output needs."""
+        return self._stop_reading(StepFailed(
+            f"the MCP server at {self.shown} sent a JSON message of more than "
+            f"{self.most_values} values (counted as the braces, brackets, commas and colons "
+            f"outside its strings), the most read for max_output_bytes="
+            f"{self.max_output_bytes}; the rest was not read", retryable=False))
 
     def _too_large(self) -> StepFailed:
         """Stop reading an answer larger than the bound: the step fails at once."""
@@ -229,22 +267,25 @@ def _bounded_stream() -> type:
     import httpx2
 
     class BoundedStream(httpx2.AsyncByteStream):
-        """An answer's body, passed on until more than ``bound`` bytes came: then
-        ``too_large()`` is raised (``raises``), or the body just ends there."""
+        """An answer's body, passed on until more than ``bound`` bytes came (``None``: no
+        bound) or ``counter`` says a JSON message in it holds too many values: then
+        ``cut(too_large)`` is raised (``raises``), or the body just ends there."""
 
-        def __init__(self, inner: Any, bound: int, too_large: Callable[[], StepFailed], *,
-                     raises: bool) -> None:
+        def __init__(self, inner: Any, bound: int | None, counter: StructureCounter,
+                     cut: Callable[[bool], StepFailed], *, raises: bool) -> None:
             self._inner = inner
             self._bound = bound
-            self._too_large = too_large
+            self._counter = counter
+            self._cut = cut
             self._raises = raises
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             seen = 0
             async for chunk in self._inner:
                 seen += len(chunk)
-                if seen > self._bound:
-                    failure = self._too_large()
+                too_large = self._bound is not None and seen > self._bound
+                if too_large or not self._counter.feed(chunk):
+                    failure = self._cut(too_large)
                     if self._raises:
                         raise failure
                     return

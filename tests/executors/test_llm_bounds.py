@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from brain import llm, workflow
-from brain.executors.llm import _PREVIEW_SCAN, MAX_USAGE_TOKENS, _shown_body, answer_limit
+from brain.executors.llm_answer import MAX_USAGE_TOKENS, PREVIEW_SCAN, answer_limit, shown_body
 from brain.testing import FakeChatServer
 
 MIB = 1 << 20
@@ -331,7 +331,7 @@ def step_log(run_id: str) -> list[str]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(before=st.integers(min_value=0, max_value=3 * _PREVIEW_SCAN),
+@given(before=st.integers(min_value=0, max_value=3 * PREVIEW_SCAN),
        secret=st.text(alphabet="abcdefghijklmnopqrstuvw0123456789-_", min_size=8,
                       max_size=64),
        gap=st.sampled_from([" ", "\n", "  ", ""]))
@@ -342,6 +342,68 @@ def test_a_long_bodys_preview_shows_no_piece_of_a_secret_wherever_the_cut_falls(
     from brain import _secrets
 
     _secrets.remember(secret)
-    raw = ("x" * before + gap + secret + gap + "y" * _PREVIEW_SCAN).encode()
-    shown = _shown_body(raw)
+    raw = ("x" * before + gap + secret + gap + "y" * PREVIEW_SCAN).encode()
+    shown = shown_body(raw)
     assert all(secret[i:i + 6] not in shown for i in range(len(secret) - 5))
+
+
+# --- values: an answer's structure is bounded before it is parsed -----------------------------
+
+#: Text of any content (no NUL: an output holding one fails on its own), weighted towards
+#: what JSON writes as structure or escapes.
+ANY_TEXT = st.text(alphabet=st.one_of(st.sampled_from('{}[],:"\\\n\x01'),
+                                      st.characters(blacklist_categories=("Cs",),
+                                                    blacklist_characters="\x00")),
+                   min_size=1, max_size=30)
+#: Tiny values, containers and nestings, as a hostile answer packs them.
+TINY = st.sampled_from([{}, [], 0, "a", [[[]]], {"k": []}, [0, 0]])
+
+
+def structure_count(value: Any) -> int:
+    """The braces, brackets, commas and colons JSON writes for ``value`` outside strings."""
+    if isinstance(value, dict):
+        return 1 + 2 * len(value) - bool(value) + sum(map(structure_count, value.values()))
+    if isinstance(value, list):
+        return 1 + len(value) - bool(value) + sum(map(structure_count, value))
+    return 0
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(text=ANY_TEXT, max_output=st.integers(min_value=1024, max_value=256 * 1024),
+       unit=TINY, scale=st.floats(min_value=0.0, max_value=2.0),
+       gzipped=st.booleans())
+def test_text_of_any_content_passes_and_too_many_values_fail_at_once(
+        hostile: Callable[..., HostileServer], text: str, max_output: int, unit: Any,
+        scale: float, gzipped: bool) -> None:
+    """An answer carrying ``max_output_bytes`` of any text (braces and commas included: in a
+    string they are not structure) beside ``scale`` times as many tiny values as the limit
+    allows: it is read and succeeds exactly when its structure is within the limit, and
+    fails at once otherwise, saying so, whether or not it came gzipped."""
+    from brain.executors.json_budget import structure_limit
+
+    content = (text * (max_output // len(text.encode()) + 1)).encode()[:max_output]
+    content_text = content.decode("utf-8", errors="ignore")
+    limit = structure_limit(max_output)
+    answer = {"choices": [{"message": {"role": "assistant", "content": content_text}}],
+              "x": [unit] * int(limit * scale / (structure_count(unit) + 1))}
+    raw = json.dumps(answer, ensure_ascii=False).encode()
+    within = structure_count(answer) <= limit
+    body = zlib.compress(raw) if gzipped else raw
+    server = hostile(lambda: iter([body]), {"Content-Length": str(len(body))}
+                     | ({"Content-Encoding": "deflate"} if gzipped else {}))
+
+    @workflow(name="llm_values")
+    def llm_values() -> None:
+        llm("ask", prompt="p", model="m", provider_url=server.url,
+            max_output_bytes=max_output, retries=2, retry_delay_seconds=0)
+
+    event(f"gzipped={gzipped}: {'within' if within else 'over'} the limit")
+    step = llm_values().steps["ask"]
+    if within:
+        assert step.status == "succeeded", step.error
+        assert step.output == content_text
+    else:
+        assert step.status == "failed" and step.tries == 1, step.error
+        assert f"holds more than {limit} JSON values" in (step.error or ""), step.error
+        assert f"max_output_bytes ({max_output} bytes)" in (step.error or ""), step.error

@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from mcp_servers.fixtures import SERVERS, START_SECONDS, _read_port, stop_group
 
 from brain import mcp_tool, workflow
+from brain.executors.json_budget import structure_limit
 from brain.executors.mcp_remote import answer_bound
 
 pytestmark = pytest.mark.usefixtures("collect_garbage_first")
@@ -212,3 +216,174 @@ def test_answers_are_read_up_to_the_bound_and_no_further(
     else:
         assert step.status == "failed" and step.tries == 1, error
         assert "output is larger than max_output_bytes" in error, error
+
+
+# --- values: an answer's structure is bounded before the SDK parses it ---------------------------
+
+#: Text of any content (no NUL: an output holding one fails on its own), weighted towards
+#: what JSON writes as structure or escapes.
+ANY_TEXT = st.text(alphabet=st.one_of(st.sampled_from('{}[],:"\\\n\x01'),
+                                      st.characters(blacklist_categories=("Cs",),
+                                                    blacklist_characters="\x00")),
+                   min_size=1, max_size=30)
+#: Tiny values, containers and nestings, as a hostile answer packs them.
+TINY = st.sampled_from([{}, [], 0, "a", [[[]]], {"k": []}, [0, 0]])
+
+
+def structure_count(value: Any) -> int:
+    """The braces, brackets, commas and colons JSON writes for ``value`` outside strings."""
+    if isinstance(value, dict):
+        return 1 + 2 * len(value) - bool(value) + sum(map(structure_count, value.values()))
+    if isinstance(value, list):
+        return 1 + len(value) - bool(value) + sum(map(structure_count, value))
+    return 0
+
+
+class ResultServer:
+    """A real MCP server on loopback, just enough of one, answering ``tools/call`` with the
+    result the test sets: as a JSON answer, as an event stream answering the POST, or (the
+    legacy transport) as an event on the stream the session listens on."""
+
+    def __init__(self) -> None:
+        self.result: dict[str, Any] = {}
+        self.framing = "json"
+        self.streams: dict[str, queue.Queue[bytes | None]] = {}
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        end = "sse" if self.framing == "legacy" else "mcp"
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{end}"
+
+    def answer(self, message: dict[str, Any]) -> bytes | None:
+        """The JSON-RPC answer to ``message`` (``None`` for a notification)."""
+        if "id" not in message:
+            return None
+        if message["method"] == "initialize":
+            result: Any = {"protocolVersion": message["params"]["protocolVersion"],
+                           "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "values", "version": "1"}}
+        else:
+            result = self.result
+        return json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result},
+                          ensure_ascii=False).encode()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def send(self, status: int, body: bytes = b"", ctype: str = "application/json",
+                     **headers: str) -> None:
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(body)))
+                for name, value in headers.items():
+                    self.send_header(name.replace("_", "-"), value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if server.framing != "legacy":
+                    self.send(405)
+                    return
+                session = uuid.uuid4().hex
+                events = server.streams[session] = queue.Queue()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(f"event: endpoint\ndata: /messages/?session_id={session}"
+                                 f"\n\n".encode())
+                self.wfile.flush()
+                try:
+                    while (event := events.get(timeout=60)) is not None:
+                        self.wfile.write(event)
+                        self.wfile.flush()
+                except (OSError, queue.Empty):
+                    pass
+                self.close_connection = True
+
+            def do_DELETE(self) -> None:
+                self.send(200)
+
+            def do_POST(self) -> None:
+                message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                answer = server.answer(message)
+                if server.framing == "legacy":
+                    session = self.path.partition("session_id=")[2]
+                    if answer is not None:
+                        server.streams[session].put(b"event: message\ndata: " + answer
+                                                    + b"\n\n")
+                    self.send(202)
+                elif answer is None:
+                    self.send(202)
+                elif server.framing == "sse":
+                    self.send(200, b"event: message\ndata: " + answer + b"\n\n",
+                              "text/event-stream", mcp_session_id="s1")
+                else:
+                    self.send(200, answer, mcp_session_id="s1")
+
+        return Handler
+
+    def close(self) -> None:
+        for events in self.streams.values():
+            events.put(None)
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def results() -> Iterator[ResultServer]:
+    server = ResultServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(framing=st.sampled_from(["json", "sse", "legacy"]), text=ANY_TEXT,
+       max_output=st.integers(min_value=1024, max_value=64 * 1024), unit=TINY,
+       scale=st.floats(min_value=0.0, max_value=2.0))
+def test_text_of_any_content_passes_and_too_many_values_fail_at_once(
+        results: ResultServer, framing: str, text: str, max_output: int, unit: Any,
+        scale: float) -> None:
+    """A ``tools/call`` result carrying ``max_output_bytes`` of any text, twice (a text block
+    and ``structuredContent``; braces and commas in a string are not structure), beside
+    ``scale`` times as many tiny values in ``_meta`` as the limit allows, answered as JSON,
+    as an event stream, or on the legacy transport's stream: the step succeeds exactly when
+    the message is within the limit, and fails at once otherwise, saying so."""
+    content = (text * (max_output // len(text.encode()) + 1)).encode()[:max_output]
+    content_text = content.decode("utf-8", errors="ignore")
+    limit = structure_limit(max_output)
+    results.framing = framing
+    results.result = {"content": [{"type": "text", "text": content_text}],
+                      "structuredContent": {"text": content_text},
+                      "_meta": {"x": [unit] * int(limit * scale / (structure_count(unit) + 1))}}
+    message = {"jsonrpc": "2.0", "id": 1, "result": results.result}
+    # An event's "event:" and "data:" lines add a colon each.
+    within = structure_count(message) + (0 if framing == "json" else 2) <= limit
+    url = results.url
+
+    @workflow
+    def mcp_values() -> None:
+        mcp_tool("call", url=url, transport="sse" if framing == "legacy" else "streamable-http",
+                 tool="t", max_output_bytes=max_output, retries=2, retry_delay_seconds=0,
+                 timeout_seconds=60)
+
+    event(f"{framing}: {'within' if within else 'over'} the limit")
+    step = mcp_values().steps["call"]
+    if within:
+        assert step.status == "succeeded", step.error
+        assert step.output == content_text
+    else:
+        assert step.status == "failed" and step.tries == 1, step.error
+        assert f"a JSON message of more than {limit} values" in (step.error or ""), step.error
+        assert f"max_output_bytes={max_output}" in (step.error or ""), step.error
