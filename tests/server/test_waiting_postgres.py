@@ -131,8 +131,8 @@ def test_two_executors_continue_each_wait_exactly_once(tmp_path: Path, fresh_pg_
         run = server.run(run_id)
         nap, mark = step(run, "nap"), step(run, "mark")
         assert nap["tries"] == 1 and mark["tries"] == 1, run
-        late = (at(mark["started_at"]) - at(nap["output"])).total_seconds()
-        assert 0 <= late < 15, f"run {run_id} continued {late:.2f}s after its wake time"
+        # Never before its wake time (how late: bench/waiting.py --postgres).
+        assert at(mark["started_at"]) >= at(nap["output"]), f"run {run_id} woke early"
 
     # Decisions and keyed signals land on the server; either process continues the runs.
     gates = start_all(server, "gated_mark", [str(files / f"gate-{i}") for i in range(10)])
