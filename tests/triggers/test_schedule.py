@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import statistics
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -648,10 +647,9 @@ async def test_a_failing_fire_or_a_broken_schedule_does_not_stop_the_loop(
 # --- live -----------------------------------------------------------------------------------------
 
 
-async def test_live_every_second_fires_on_whole_seconds_with_little_lateness() -> None:
-    """The real clock and sleep: three fires on consecutive whole seconds, each after its
-    time and before the next one's, and about as punctual as a plain ``asyncio.sleep`` to
-    the same instants in the same loop (measured alongside, so a busy machine delays both)."""
+async def test_live_every_second_fires_on_whole_seconds_never_early() -> None:
+    """The real clock and sleep: three fires on consecutive whole seconds (none skipped),
+    none before its time. How late they come is ``bench/schedule_precision.py``'s figure."""
     lateness: list[float] = []
     fire_times: list[datetime] = []
     three = asyncio.Event()
@@ -662,17 +660,9 @@ async def test_live_every_second_fires_on_whole_seconds_with_little_lateness() -
         if len(fire_times) >= 3:
             three.set()
 
-    async def reference(lateness: list[float]) -> None:
-        while True:
-            now = datetime.now(UTC)
-            due = now.replace(microsecond=0) + timedelta(seconds=1)
-            await asyncio.sleep((due - now).total_seconds())
-            lateness.append((datetime.now(UTC) - due).total_seconds())
-
-    baseline: list[float] = []
     scheduler = Scheduler(fire)
     scheduler.set_schedules([("tick", "every:0", every(seconds=1))])
-    tasks = [asyncio.create_task(scheduler.run()), asyncio.create_task(reference(baseline))]
+    tasks = [asyncio.create_task(scheduler.run())]
     try:
         await asyncio.wait_for(three.wait(), 60)
     finally:
@@ -683,6 +673,4 @@ async def test_live_every_second_fires_on_whole_seconds_with_little_lateness() -
                 await task
     assert all(t.microsecond == 0 and t.tzinfo is UTC for t in fire_times)
     assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(fire_times))
-    assert all(0 <= late < 1 for late in lateness), lateness  # never early, never a tick behind
-    assert baseline, "the reference sleep never woke"
-    assert statistics.median(lateness) < statistics.median(baseline) + 0.05, (lateness, baseline)
+    assert all(late >= 0 for late in lateness), lateness  # never early
