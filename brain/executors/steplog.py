@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from brain._secrets import longest, scrub, scrub_part
+from brain.executors.line_order import LineOrder
 from brain.results import LogBatch, LogLine
 
 #: The first bytes of a step's log, always kept.
@@ -106,6 +107,8 @@ class StepLog:
         self._carry: dict[str, tuple[float, str, bool]] = {}
         #: Each stream's last lines held back (see the module), scrubbed: as ``_carry``.
         self._held: dict[str, tuple[float, str, bool]] = {}
+        #: Lines on their way out, in the order printed: held lines keep their places.
+        self._order = LineOrder(lambda line: self._put_line(*line[:3], head=line[3]))
         self._cut: set[str] = set()  # streams whose next bytes begin mid-line (dropped before)
         self._skip: dict[str, int] = {}  # characters still to drop after such a gap
         self._note_seq: int | None = None
@@ -237,8 +240,10 @@ class StepLog:
         if newline:
             lines = (scrub(ended, self.secrets) or "").split("\n")
             hold = _may_go_on(lines, margin) if margin else 0
+            self._order.release(stream)
             for line in lines[:len(lines) - hold]:
                 self._add_line(stream, t, line, head=head)
+            self._order.hold(stream, hold)
             if hold:
                 self._held[stream] = (t, "\n".join(lines[-hold:]), head)
         if len(rest) > LINE_CHARS + margin:
@@ -273,8 +278,10 @@ class StepLog:
             # Lines wholly dropped: the line breaks gone, less one for a line whose start is kept.
             whole = start.count("\n", len(kept)) - (1 if kept and not kept.endswith("\n") else 0)
             self._count_dropped(max(whole, 0), len(start) - len(kept))
+            self._order.release(stream, whole=True)
             for line in lines:
                 self._add_line(stream, held[0], line, head=held[2])
+            self._order.hold(stream, 0)
         self._skip[stream] = margin
         return text
 
@@ -305,9 +312,12 @@ class StepLog:
             lines = (scrub(text, self.secrets) or "").split("\n")
             if len(lines) > 1 and not lines[-1]:  # held lines, and no unfinished one
                 lines.pop()
+            self._order.release(stream, whole=True)
             for line in lines:
                 self._add_line(stream, t, line, head=head)
+            self._order.hold(stream, 0)
         self._carry.clear()
+        self._order.end()
 
     def _hold_with_carry(self, stream: str) -> None:
         """The stream's held lines put before its unfinished line, as one carried text."""
@@ -321,12 +331,19 @@ class StepLog:
     def _let_out(self, stream: str) -> None:
         """The stream's held lines, out: nothing followed them for a take."""
         t, text, head = self._held.pop(stream)
+        self._order.release(stream, whole=True)
         for line in (scrub_part(text, self.secrets) or "").split("\n"):
             self._add_line(stream, t, line, head=head)
+        self._order.hold(stream, 0)
 
     def _add_line(self, stream: str, t: float, text: str, *, head: bool) -> None:
-        """Add a line (in pieces if long): to the head while it is ``head``'s and the head
-        has room (and no line of the tail came yet), else to the tail."""
+        """Add a line in its place among the lines on their way out (see
+        :mod:`brain.executors.line_order`)."""
+        self._order.add((stream, t, text, head))
+
+    def _put_line(self, stream: str, t: float, text: str, *, head: bool) -> None:
+        """Store a line (in pieces if long): to the head while it is ``head``'s and the
+        head has room (and no line of the tail came yet), else to the tail."""
         for start in range(0, max(len(text), 1), LINE_CHARS):
             piece = text[start:start + LINE_CHARS]
             size = _size(piece)

@@ -112,3 +112,38 @@ def test_a_flood_keeps_head_and_tail_in_memory_and_in_the_store() -> None:
     assert TAIL_BYTES <= kept <= HEAD_BYTES + TAIL_BYTES
     dropped = int(notes[0].split()[1].replace(",", ""))
     assert dropped + len(texts) - 1 == 5000 * 20
+
+
+#: Whole lines as programs print them: words (often all base64 letters, which a log holds
+#: back a take in case an encoding goes on), the odd non-base64 line.
+whole_lines = st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]),
+                                 st.from_regex(r"[a-z]{1,12}( [a-z*]{1,8})?", fullmatch=True)),
+                       min_size=1, max_size=30)
+
+
+@settings(max_examples=100, deadline=None)
+@given(whole_lines, st.lists(st.booleans(), min_size=30, max_size=30))
+def test_lines_keep_the_order_they_were_printed_in_across_streams(
+        printed: list[tuple[str, str]], takes: list[bool]) -> None:
+    """Holding a stream's last lines back (an encoding may go on) must not let another
+    stream's later lines overtake them: the stored log reads in the order of printing."""
+    log = StepLog()
+    stored: Stored = {}
+    for (stream, text), take_now in zip(printed, takes, strict=False):
+        log.feed(stream, (text + "\n").encode())
+        if take_now:
+            apply(stored, log.take())
+    apply(stored, log.take())  # a take later: held lines with nothing after them go out
+    apply(stored, log.take(final=True))
+    assert [(line.stream, line.text) for _, line in sorted(stored.items())] == printed
+
+
+def test_a_held_line_goes_out_before_the_other_streams_line_printed_after_it() -> None:
+    log = StepLog()
+    stored: Stored = {}
+    log.feed("stdout", b"hello\nworld\n")
+    log.feed("stderr", b"printed ***\n")
+    apply(stored, log.take())
+    apply(stored, log.take(final=True))
+    assert [(line.stream, line.text) for _, line in sorted(stored.items())] == [
+        ("stdout", "hello"), ("stdout", "world"), ("stderr", "printed ***")]
