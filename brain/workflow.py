@@ -8,7 +8,7 @@ a queue, is added here.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from brain._errors import WorkflowDefinitionError
@@ -87,6 +87,22 @@ class Workflow:
         trigger = TriggerData.from_input({"body": body, "headers": headers or {}}, event="manual")
         return await enqueue_here_or_there(self, trigger, trigger_key="api")
 
+    async def enqueue_many(self, runs: Iterable[object]) -> list[str]:
+        """Queue a run per item of ``runs`` in one transaction and return their ids, in order
+        (all committed before this returns, or none: a full queue refuses the whole batch).
+
+        An item is a body, as :meth:`enqueue` takes it, or a dict whose only keys are
+        ``body`` and ``headers``. Inside a process serving this workflow the runs go to
+        that service's queue, one by one.
+        """
+        from brain.runner.queueing import enqueue_many_here_or_there
+
+        if isinstance(runs, (str, bytes, Mapping)):
+            raise TypeError("enqueue_many() takes a list of bodies (or of dicts with body and "
+                            f"headers), not a {type(runs).__name__}")
+        triggers = [TriggerData.from_input(_queued_input(item), event="manual") for item in runs]
+        return await enqueue_many_here_or_there(self, triggers, trigger_key="api")
+
     def run(self, trigger: object = None, *, store: RunStore | str | None = None,
             on_event: EventHandler | None = None, on_log: LogHandler | None = None,
             on_wait: WaitHandler | None = None) -> RunResult:
@@ -102,6 +118,17 @@ class Workflow:
                         thread_name=f"brain-run-{self.name}")
 
     __call__ = run
+
+
+def _queued_input(item: object) -> dict[str, Any]:
+    """An item of :meth:`Workflow.enqueue_many` as a trigger's fields: a dict of only
+    ``body``/``headers`` gives them, anything else is the body."""
+    if isinstance(item, Mapping) and item and set(item) <= {"body", "headers"}:
+        headers = item.get("headers") or {}
+        if not isinstance(headers, Mapping):
+            raise TypeError(f"headers must be a dict, not {type(headers).__name__}")
+        return {"body": item.get("body"), "headers": headers}
+    return {"body": item, "headers": {}}
 
 
 @overload

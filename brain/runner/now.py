@@ -31,20 +31,18 @@ _borrowers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 async def _store_for(store: RunStore | str | None) -> AsyncIterator[RunStore]:
     """The store a run records into, open while the run needs it.
 
-    A URL (or nothing: ``BRAIN_DATABASE_URL``) gets a store of the run's own. A
-    store the caller opened stays the caller's. A store given unopened is
-    opened by the first run that needs it and closed when the last run using it
-    ends, so concurrent runs can share it.
+    A PostgreSQL URL (or ``BRAIN_DATABASE_URL`` naming one) gets the store this
+    process keeps for it (:mod:`brain.store.kept`: connections and schema check paid
+    once, not per run); any other URL a store of the run's own. A store the caller
+    opened stays the caller's. A store given unopened is opened by the first run
+    that needs it and closed when the last run using it ends, so concurrent runs can
+    share it.
     """
     if store is None or isinstance(store, str):
-        from brain.store import Store
+        from brain.store.kept import store_for_url
 
-        own = Store(store)
-        await own.open()
-        try:
+        async with store_for_url(store) as own:
             yield own
-        finally:
-            await own.close()
         return
     if store.is_open and store not in _borrowers:
         yield store

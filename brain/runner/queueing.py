@@ -176,15 +176,27 @@ def stop_serving(queue: LocalQueue) -> None:
 async def enqueue_here_or_there(wf: RunnableWorkflow, trigger: TriggerData, *,
                                 trigger_key: str) -> str:
     """Queue a run of ``wf`` from this process (``Workflow.enqueue``): to the queue of a
-    service in this process serving it, else into ``BRAIN_DATABASE_URL`` for a serving
-    process to take, under the same queue limit either way."""
+    service in this process serving it, else into ``BRAIN_DATABASE_URL`` (through the
+    store this process keeps for a PostgreSQL URL) for a serving process to take, under
+    the same queue limit either way."""
+    return (await enqueue_many_here_or_there(wf, [trigger], trigger_key=trigger_key))[0]
+
+
+async def enqueue_many_here_or_there(wf: RunnableWorkflow, triggers: Sequence[TriggerData], *,
+                                     trigger_key: str) -> list[str]:
+    """Queue a run of ``wf`` per trigger (``Workflow.enqueue_many``); their ids, in order.
+
+    Into ``BRAIN_DATABASE_URL`` they go in one transaction, all or none (the queue limit
+    counts them all); a service in this process serving ``wf`` takes them one by one."""
     for queue in list(_serving):
         if queue.serves(wf):
-            run_id, _ = await queue.enqueue(wf, trigger, trigger_key=trigger_key)
-            return str(run_id)
-    from brain.store import Store
+            ids = []
+            for trigger in triggers:
+                run_id, _ = await queue.enqueue(wf, trigger, trigger_key=trigger_key)
+                ids.append(str(run_id))
+            return ids
+    from brain.store.kept import store_for_url
 
-    async with Store() as store:
-        run_id, _ = await enqueue(store, new_run(wf, trigger), trigger_key=trigger_key,
-                                  max_queued=queue_limit())
-    return str(run_id)
+    async with store_for_url() as store:
+        return await store.enqueue_runs([new_run(wf, t) for t in triggers],
+                                        trigger_key=trigger_key, max_queued=queue_limit())

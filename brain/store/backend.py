@@ -57,6 +57,9 @@ class Dialect:
     lease_past: str
     #: What follows a queue pick so that concurrent executors skip each other's rows.
     skip_locked: str
+    #: Whether a ``WITH`` clause may hold an ``INSERT`` (a run and its steps in one
+    #: statement, one round trip).
+    inserts_in_with: bool = False
     _rendered: dict[str, str] = field(default_factory=dict, init=False, compare=False,
                                       repr=False)
 
@@ -77,7 +80,8 @@ SQLITE = Dialect("sqlite", lease_now=":lease_now", lease_until=":lease_until",
 POSTGRESQL = Dialect(
     "postgresql", lease_now="now()",
     lease_until="now() + make_interval(secs => CAST(:lease_seconds AS double precision))",
-    lease_past="now() - interval '1 second'", skip_locked=" FOR UPDATE SKIP LOCKED")
+    lease_past="now() - interval '1 second'", skip_locked=" FOR UPDATE SKIP LOCKED",
+    inserts_in_with=True)
 
 
 def lease_times(lease_seconds: float = 0, now: datetime | None = None) -> dict[str, Any]:

@@ -74,6 +74,21 @@ class MemoryQueue(MemoryState):
             self._fires[fire] = run_id
         return run_id, True
 
+    async def enqueue_runs(self, runs: Sequence[QueuedRun], *, trigger_key: str | None = None,
+                           max_queued: int | None = None) -> list[str]:
+        """Queue several runs, all or none; see :meth:`brain.store.Store.enqueue_runs`."""
+        if not runs:
+            return []
+        if max_queued is not None and await self._queued_estimate(0) + len(runs) > max_queued:
+            raise QueueFull(f"{len(runs)} more runs would take the queue over {max_queued}")
+        made = self._handlers(runs)
+        for run in made:
+            run.trigger_key = trigger_key
+        self._keep(*made)
+        if self._queued_cache is not None:
+            self._queued_cache = (self._queued_cache[0], self._queued_cache[1] + len(runs))
+        return [q.run_id for q in runs]
+
     async def claim_fire(self, workflow: str, trigger_key: str, fire_time: datetime) -> bool:
         """Claim a fire without a run; ``False`` if it was claimed before."""
         fire = (workflow, trigger_key, utc(fire_time))
@@ -87,14 +102,14 @@ class MemoryQueue(MemoryState):
         times = [t for w, k, t in self._fires if (w, k) == (workflow, trigger_key)]
         return max(times) if times else None
 
-    async def _queued_estimate(self) -> int:
+    async def _queued_estimate(self, adding: int = 1) -> int:
         now = time.monotonic()
         cached = self._queued_cache
         if cached is not None and now - cached[0] < 0.2:
-            self._queued_cache = (cached[0], cached[1] + 1)
+            self._queued_cache = (cached[0], cached[1] + adding)
             return int(cached[1])
         count = await self.count_queued()
-        self._queued_cache = (now, count + 1)
+        self._queued_cache = (now, count + adding)
         return count
 
     async def count_queued(self) -> int:

@@ -1,8 +1,8 @@
 """The PostgreSQL backend: SQLAlchemy's async engine on asyncpg.
 
-Single statements go through one autocommit connection (one round trip to the
-server instead of three: BEGIN/COMMIT/reset), one user at a time;
-transactions through the pool. Every call is shielded from its caller's
+Single statements go through a pool of autocommit connections (one round trip
+to the server instead of three: BEGIN/COMMIT/reset; as many at once as the pool
+holds), transactions through a pool of their own. Every call is shielded from its caller's
 cancellation (a caller cancelled mid-statement must not leave a connection
 half-way through a round trip) and retried while the server is busy or
 briefly unreachable.
@@ -30,7 +30,7 @@ from brain.store.errors import RETRY_SECONDS, database_error, short, transient
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Connection, CursorResult
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncEngine
     from sqlalchemy.sql.elements import TextClause
 
 log = logging.getLogger("brain.store")
@@ -57,6 +57,8 @@ def _value(value: Any) -> Any:
         return value.replace("\x00", "\ufffd") if "\x00" in value else value
     if isinstance(value, datetime) and value.tzinfo is None:
         return value.replace(tzinfo=UTC)
+    if isinstance(value, list):  # an array parameter (a new run's step names)
+        return [_value(v) for v in value]
     return value
 
 
@@ -110,8 +112,6 @@ class PostgresBackend:
         self._engine = engine
         self._auto = auto
         self._shown_url = shown_url
-        self._held: AsyncConnection | None = None
-        self._lock = asyncio.Lock()
 
     @property
     def dialect(self) -> Dialect:
@@ -149,15 +149,15 @@ class PostgresBackend:
 
     async def read(self, sql: str, params: Params | None = None, *,
                    retry: bool = True) -> list[Row]:
-        """Run a query on the shared autocommit connection; its rows."""
+        """Run a query on a pooled autocommit connection; its rows."""
         return (await self.write(sql, params, retry=retry)).rows
 
     async def write(self, sql: str, params: Params | None = None, *,
                     retry: bool = True) -> Written:
-        """Run one statement on the shared autocommit connection (retried while the server
+        """Run one statement on a pooled autocommit connection (retried while the server
         is busy or unreachable, unless ``retry=False``)."""
         async def go() -> Written:
-            async with self._connection() as conn:
+            async with self._auto.connect() as conn:
                 result = await conn.execute(_text(sql), _bound(params))
                 return Written(_rows(result), result.rowcount)
         return await _guarded(partial(_retrying, go) if retry else go)
@@ -210,27 +210,9 @@ class PostgresBackend:
                                     self._shown_url)
 
     async def close(self) -> None:
-        """Close the shared connection and dispose of both engines."""
-        async with self._lock:
-            if self._held is not None:
-                with contextlib.suppress(Exception):
-                    await self._held.close()
-                self._held = None
+        """Dispose of both engines' pools."""
         await self._engine.dispose()
         await self._auto.dispose()
-
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> Any:
-        """The connection single statements share (autocommit), one user at a time."""
-        async with self._lock:
-            if self._held is None or self._held.closed or self._held.invalidated:
-                self._held = await self._auto.connect()
-            try:
-                yield self._held
-            except DBAPIError as exc:
-                if exc.connection_invalidated:
-                    self._held = None
-                raise
 
 
 async def _guarded(attempt: Callable[[], Awaitable[T]]) -> T:

@@ -39,6 +39,15 @@ def _insert(table: str, columns: Sequence[str], **exprs: str) -> str:
 INSERT_RUN = _insert("brain_runs", RUN_COLUMNS)
 #: A run that starts ``running`` under a lease, timed by the lease clock.
 INSERT_LEASED_RUN = _insert("brain_runs", RUN_COLUMNS, lease_expires_at="{lease_until}")
+#: ``INSERT_RUN`` or ``INSERT_LEASED_RUN`` with the run's pending steps in the same statement
+#: (PostgreSQL: one round trip); the steps as arrays ``:step_names``, ``:step_positions``,
+#: ``:step_kinds``, every other column of theirs NULL as in :func:`pending_steps` rows.
+WITH_PENDING_STEPS = {insert: (
+    f"WITH run AS ({insert}) INSERT INTO brain_steps (run_id, name, position, kind, status, tries) "
+    "SELECT :id, s.name, s.position, s.kind, 'pending', 0 FROM unnest("
+    "CAST(:step_names AS text[]), CAST(:step_positions AS integer[]), "
+    "CAST(:step_kinds AS text[])) AS s(name, position, kind)")
+    for insert in (INSERT_RUN, INSERT_LEASED_RUN)}
 SELECT_RUN = f"SELECT {', '.join(RUN_COLUMNS)} FROM brain_runs"
 RUN_BY_ID = SELECT_RUN + " WHERE id = :run_id"
 RUN_IDS_LIKE = "SELECT id FROM brain_runs WHERE id LIKE :pattern LIMIT 2"

@@ -17,7 +17,7 @@ from brain.store import queries
 from brain.store.backend import Connection, Statement, UsesBackend, lease_times, utc
 from brain.store.base import QueuedRun
 from brain.store.errors import ConstraintViolation
-from brain.store.records import insert_queued, queued_run_rows, run_statements
+from brain.store.records import insert_queued, queued_run_rows, write_new_run
 
 __all__ = ["QueueFull", "RunQueue", "insert_queued", "queued_run_rows"]
 
@@ -79,7 +79,7 @@ class RunQueue(UsesBackend):
                 "workflow": workflow, "trigger_key": trigger_key or "", "fire_time": fire_time,
                 "run_id": run_id, "claimed_at": now}))
         try:
-            await self.db.transaction(statements + run_statements(row, step_values))
+            await write_new_run(self.db, row, step_values, before=statements)
         except ConstraintViolation:
             if delivery_id is not None:  # the same delivery came before (or raced in)
                 found = await self.db.read(queries.RUN_BY_DELIVERY, {
@@ -90,6 +90,33 @@ class RunQueue(UsesBackend):
                 return None, False
             raise
         return run_id, True
+
+    async def enqueue_runs(self, runs: Sequence[QueuedRun], *, trigger_key: str | None = None,
+                           max_queued: int | None = None) -> list[str]:
+        """Commit several queued runs in one transaction, all or none (a run id that exists
+        already is a :class:`~brain.store.errors.ConstraintViolation`); their ids, in
+        order. Raises :class:`QueueFull` when they would take the queue over
+        ``max_queued``."""
+        if not runs:
+            return []
+        if max_queued is not None and await self._queued_estimate(0) + len(runs) > max_queued:
+            raise QueueFull(f"{len(runs)} more runs would take the queue over {max_queued}")
+        now = utcnow()
+        run_rows: list[dict[str, object]] = []
+        step_values: list[dict[str, object]] = []
+        for q in runs:
+            row, steps = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
+                                         q.step_rows, now, trigger_key=trigger_key,
+                                         concurrency_key=q.concurrency_key)
+            run_rows.append(row)
+            step_values += steps
+        statements: list[Statement] = [(queries.INSERT_RUN, run_rows)]
+        if step_values:
+            statements.append((queries.INSERT_STEP, step_values))
+        await self.db.transaction(statements)
+        if self._queued_cache is not None:
+            self._queued_cache = (self._queued_cache[0], self._queued_cache[1] + len(runs))
+        return [q.run_id for q in runs]
 
     async def claim_fire(self, workflow: str, trigger_key: str, fire_time: datetime) -> bool:
         """Claim a fire without a run (a skipped fire still counts as handled)."""
@@ -108,16 +135,16 @@ class RunQueue(UsesBackend):
         value = found[0]["fire_time"] if found else None
         return None if value is None else utc(value)
 
-    async def _queued_estimate(self) -> int:
+    async def _queued_estimate(self, adding: int = 1) -> int:
         """The queue length, counted at most every 0.2 s (the limit is a safety valve,
         not an exact quota: an exact count per delivery would halve webhook ingest)."""
         now = time.monotonic()
         cached = self._queued_cache
         if cached is not None and now - cached[0] < 0.2:
-            self._queued_cache = (cached[0], cached[1] + 1)
+            self._queued_cache = (cached[0], cached[1] + adding)
             return int(cached[1])
         count = await self.count_queued()
-        self._queued_cache = (now, count + 1)
+        self._queued_cache = (now, count + adding)
         return count
 
     async def count_queued(self) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 from brain._errors import LeaseLost
 from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData, step_order
 from brain.store import queries
-from brain.store.backend import Connection, Row, Statement
+from brain.store.backend import Backend, Connection, Row, Statement
 from brain.store.base import QueuedRun, RunRecord, stored_trigger
 
 
@@ -57,6 +57,22 @@ def run_statements(row: dict[str, Any], step_values: list[dict[str, Any]],
     if step_values:
         statements.append((queries.INSERT_STEP, step_values))
     return statements
+
+
+async def write_new_run(db: Backend, row: dict[str, Any], step_values: list[dict[str, Any]],
+                        insert_run: str = queries.INSERT_RUN, *,
+                        before: Sequence[Statement] = ()) -> None:
+    """Insert a new run and its pending steps, committed together (after ``before``, in
+    the same transaction). Where the database takes an ``INSERT`` inside a ``WITH`` and
+    nothing comes before, that is one statement: one round trip instead of four."""
+    if not before and db.dialect.inserts_in_with and step_values and all(
+            s["status"] == StepStatus.PENDING.value and not s["tries"] for s in step_values):
+        await db.write(queries.WITH_PENDING_STEPS[insert_run], {
+            **row, "step_names": [s["name"] for s in step_values],
+            "step_positions": [s["position"] for s in step_values],
+            "step_kinds": [s["kind"] for s in step_values]})
+        return
+    await db.transaction([*before, *run_statements(row, step_values, insert_run)])
 
 
 def queue_statements(queued: Sequence[QueuedRun], now: datetime) -> list[Statement]:

@@ -25,6 +25,7 @@ from brain.store.records import (
     queued_run_rows,
     run_statements,
     step_row,
+    write_new_run,
 )
 
 _FINISHED = frozenset(s.value for s in FINISHED_RUN)
@@ -50,7 +51,7 @@ class RunLifecycle(UsesBackend):
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
                        **lease_times(lease_seconds, now))
             insert = queries.INSERT_LEASED_RUN
-        await self.db.transaction(run_statements(row, step_values, insert))
+        await write_new_run(self.db, row, step_values, insert)
         return now
 
     async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> bool:
