@@ -285,7 +285,7 @@ def main() -> None:
     figures: dict[str, dict[str, float]] = {}
     with contextlib.ExitStack() as stack:
         if args.before:
-            columns.append((args.before, stack.enter_context(_worktree(args.before))))
+            columns.append((args.before[:12], stack.enter_context(_worktree(args.before))))
         for label, root in columns:
             figures[label] = _measure(root, args.pg, args.runs, args.enqueue, args.many,
                                       args.batch)
