@@ -11,7 +11,7 @@ objects once parsed:
   ``brain serve`` at 884 MB, with ``/health`` taking 1.5 s while it parsed.
 
 The target is 150 MB whatever a remote endpoint sends. Each test runs ``brain run`` as a
-child and reads its peak RSS from ``wait4``.
+child of a small launcher and reads its peak RSS from the launcher's ``RUSAGE_CHILDREN``.
 
 Run: ``.venv/bin/pytest tests/attack/test_attack_round4_remote_memory.py -n 0``
 """
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -94,20 +94,23 @@ def server() -> Iterator[str]:
         httpd.server_close()
 
 
+#: Starts ``brain run`` from a small process and writes the child's peak RSS (KiB) to a file.
+#: A child's peak counts the memory of the process it was forked from until it execs (Linux
+#: folds the old address space's high-water mark in), so measured straight from a pytest
+#: worker it would read the worker's size, not brain run's.
+LAUNCHER = ("import resource, subprocess, sys; subprocess.call(sys.argv[2:]); "
+            "open(sys.argv[1], 'w').write(str(resource.getrusage("
+            "resource.RUSAGE_CHILDREN).ru_maxrss))")
+
+
 def _peak_mb(tmp_path: Path, source: str) -> tuple[int, str]:
     (tmp_path / "flow.py").write_text(source)
     env = clean_env(tmp_path / "brain.db")
-    proc = subprocess.Popen([*brain_argv(), "run", str(tmp_path / "flow.py")], env=env,
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    timer = threading.Timer(90, proc.kill)
-    timer.start()
-    try:
-        out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-        _, _, usage = os.wait4(proc.pid, 0)
-        proc.returncode = 0  # reaped here
-    finally:
-        timer.cancel()
-    return usage.ru_maxrss // 1024, out
+    peak = tmp_path / "peak.kib"
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(peak), *brain_argv(), "run",
+                           str(tmp_path / "flow.py")], env=env, cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    return int(peak.read_text()) // 1024, done.stdout.decode(errors="replace")
 
 
 def test_llm_answer_of_tiny_json_values_stays_under_150_mb(server: str, tmp_path: Path) -> None:
