@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from brain import _secrets
-
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 if str(TESTS) not in sys.path:
     sys.path.append(str(TESTS))  # ``import support`` (``--import-mode=importlib`` adds no test folder)
+import support  # noqa: E402  (found through the sys.path entry above)
+
 PG_URL = os.environ.get("BRAIN_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
 # No example database: tests run in parallel (pytest-xdist workers, and other checkouts'
@@ -48,12 +48,8 @@ def _forget_declared_secret_names() -> Iterator[None]:
     """Secret variables a test's workflows declare must not be withheld from other tests'
     steps (in one process they would be, as they are for every workflow defined in it), and
     secret values a test remembers must not be scrubbed from other tests' outputs."""
-    saved = {name: set(getattr(_secrets, name)) for name in ("_names", "_values", "_given")}
-    yield
-    with _secrets._lock:
-        for name, kept in saved.items():
-            getattr(_secrets, name).clear()
-            getattr(_secrets, name).update(kept)
+    with support.secrets_restored():
+        yield
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import signal
 import sqlite3
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -210,3 +210,41 @@ async def upgraded_schema(url: str) -> None:
         await store.upgrade_schema()
     finally:
         await store.close()
+
+
+# --- the process's known secrets ---------------------------------------------------------------
+
+#: The sets ``brain._secrets`` keeps of what this process knows.
+SECRET_SETS = ("_names", "_values", "_encoded", "_given")
+
+
+@contextlib.contextmanager
+def secrets_restored() -> Iterator[None]:
+    """Whatever the block adds to the process's known secrets (values, their encoded forms,
+    declared names) is forgotten after it: one test's secrets are not scrubbed from
+    another's outputs."""
+    from brain import _secrets
+
+    saved = {name: set(getattr(_secrets, name)) for name in SECRET_SETS}
+    try:
+        yield
+    finally:
+        with _secrets._lock:
+            for name, kept in saved.items():
+                getattr(_secrets, name).clear()
+                getattr(_secrets, name).update(kept)
+
+
+@contextlib.contextmanager
+def remembered(value: str, *, alone: bool = False) -> Iterator[None]:
+    """The process knows ``value`` as a secret for the block (``alone``: and no other
+    value), as hypothesis examples that share one process need."""
+    from brain import _secrets
+
+    with secrets_restored():
+        if alone:
+            with _secrets._lock:
+                for name in ("_values", "_encoded", "_given"):
+                    getattr(_secrets, name).clear()
+        _secrets.remember(value)
+        yield

@@ -5,19 +5,18 @@ orchestrator's environment."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import shutil
 import string
 import subprocess
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support import remembered
 
 from brain import secret, shell, step, workflow
 from brain._secrets import MIN_SECRET_LENGTH
@@ -322,7 +321,7 @@ def test_a_tail_keeps_no_piece_of_a_secret_wherever_the_cut_falls(
     before it, in the text around it), no piece of it of 8 characters or more is left."""
     from brain.executors.base import tail_text
 
-    with _only_adding(value):  # each example with only its own secret added
+    with remembered(value):  # each example with only its own secret added
         data = ((before + value + after + "\n") * lines).encode()
         tail = tail_text(data, limit) or ""
     assert len(tail.encode()) <= limit
@@ -338,7 +337,7 @@ def test_an_internal_error_cut_to_its_limit_keeps_no_piece_of_a_secret(value: st
                                                                        pad: int) -> None:
     from brain.runner.texts import internal_error as _internal_error
 
-    with _only_adding(value):
+    with remembered(value):
         text = _internal_error(LookupError("u" * pad + " with token " + value))
     assert len(text) <= 2000
     for size in range(MIN_SECRET_LENGTH, len(value) + 1):
@@ -356,24 +355,11 @@ def test_an_llm_error_preview_keeps_no_secret_with_whitespace_inside(words: list
     value = "".join(w + g for w, g in zip(words, gaps, strict=False)) + "END"
     if len(value) < MIN_SECRET_LENGTH:
         value += "x" * MIN_SECRET_LENGTH
-    with _only_adding(value):
+    with remembered(value):
         shown = _preview('{"error": "invalid api key Bearer ' + value + '"}')
     assert value not in shown and " ".join(value.split()) not in shown
 
 
-@contextlib.contextmanager
-def _only_adding(value: str) -> Iterator[None]:
-    """Remember ``value`` for the block only (hypothesis examples share one test)."""
-    from brain import _secrets
-
-    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given", "_encoded")}
-    _secrets.remember(value)
-    try:
-        yield
-    finally:
-        for name, kept in saved.items():
-            getattr(_secrets, name).clear()
-            getattr(_secrets, name).update(kept)
 
 
 @settings(max_examples=200, deadline=None)
@@ -386,7 +372,7 @@ def test_a_secret_of_several_lines_printed_line_by_line_is_scrubbed(lines: list[
     from brain._secrets import scrub
 
     value = "-----BEGIN KEY-----\n" + "\n".join(lines) + "\n-----END KEY-----"
-    with _only_adding(value):
+    with remembered(value):
         printed = scrub("".join(f"{label}{line}\n" for line in value.splitlines())) or ""
     for line in lines:
         assert line not in printed
@@ -475,7 +461,7 @@ def test_a_secret_encoded_inside_a_longer_text_leaves_nothing_that_decodes_to_it
     encoded = _ENCODERS[encoding](before + secret + after)
     core = _core(encoding, encoded, len(before), len(secret))
     assert len(core) >= MIN_SECRET_LENGTH  # even an 8-byte secret has a core worth scrubbing
-    with _only_adding(value):
+    with remembered(value):
         scrubbed = scrub(encoded) or ""
         alone = scrub(_ENCODERS[encoding](secret))
     assert core not in scrubbed
@@ -494,7 +480,7 @@ def test_encoded_text_without_the_secret_is_left_alone(value: str, data: bytes,
     encoded = _ENCODERS[encoding](data)
     secret = value.encode()
     assume(secret[1:-1] not in data and value not in encoded)
-    with _only_adding(value):
+    with remembered(value):
         assert scrub(encoded) == encoded
 
 
@@ -502,7 +488,7 @@ def test_a_secret_in_a_basic_auth_header_and_a_hex_dump_is_scrubbed() -> None:
     from brain._secrets import scrub
 
     value = "hunter2-is-my-password"
-    with _only_adding(value):
+    with remembered(value):
         for user in ("a", "ab", "abc"):  # the three alignments after "user:"
             header = base64.b64encode(f"{user}:{value}".encode()).decode()
             shown = scrub(f"Authorization: Basic {header}") or ""

@@ -12,11 +12,11 @@ import re
 import shutil
 import string
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import remembered
 
 from brain._secrets import MIN_SECRET_LENGTH
 
@@ -39,19 +39,6 @@ def _recoverable(text: str, secret: bytes) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def _only(value: str) -> Iterator[None]:
-    """Remember ``value`` for the block only (hypothesis examples share one process)."""
-    from brain import _secrets
-
-    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given", "_encoded")}
-    _secrets.remember(value)
-    try:
-        yield
-    finally:
-        for name, kept in saved.items():
-            getattr(_secrets, name).clear()
-            getattr(_secrets, name).update(kept)
 
 
 def _wrapped(data: bytes, width: int, *, padded: bool, urlsafe: bool, newline: str) -> str:
@@ -83,7 +70,7 @@ def test_a_secret_inside_a_wrapped_base64_text_cannot_be_decoded_from_what_is_sc
     text = label + _wrapped(before + secret + after, width, padded=padded, urlsafe=urlsafe,
                             newline=newline) + "(done)" + newline
     assert _recoverable(text, secret)
-    with _only(value):
+    with remembered(value):
         scrubbed = scrub(text) or ""
     assert not _recoverable(scrubbed, secret), scrubbed
     assert scrubbed.startswith(label) and scrubbed.endswith("(done)" + newline)
@@ -99,7 +86,7 @@ def test_a_wrapped_base64_text_without_the_secret_is_left_alone(
 
     text = _wrapped(data, width, padded=True, urlsafe=False, newline=newline)
     secret = value.encode()
-    with _only(value):
+    with remembered(value):
         if secret[1:-1] in data or _recoverable(text, secret[1:-1]):
             return  # (a secret's core there by chance: nothing to say)
         assert scrub(text) == text
@@ -120,7 +107,7 @@ def test_live_lines_of_a_wrapped_encoding_taken_in_two_batches_hold_no_secret(
                     newline=newline).encode()
     lines = text.splitlines(keepends=True)
     cut = round(split * len(lines))
-    with _only(value):
+    with remembered(value):
         log = StepLog()
         log.feed("stdout", b"".join(lines[:cut]))
         first = log.take()
@@ -145,7 +132,7 @@ def test_a_part_of_a_wrapped_encoding_let_out_alone_shows_at_most_ten_bytes_of_a
     secret = value.encode()
     text = _wrapped(before + secret + b"!", width, padded=True, urlsafe=False, newline="\n")
     lines = text.split("\n")
-    with _only(value):
+    with remembered(value):
         for cut in range(1, len(lines)):
             for part in ("\n".join(lines[:cut]), "\n".join(lines[cut:])):
                 shown = scrub_part(part) or ""
@@ -165,7 +152,7 @@ def test_a_stderr_tail_cut_inside_a_wrapped_encoding_keeps_no_secret(
     secret = value.encode()
     data = _wrapped(before + secret + after, 4, padded=True, urlsafe=False,
                     newline="\r\n").encode()
-    with _only(value):
+    with remembered(value):
         for limit in range(16, len(data), 7):
             tail = tail_text(data, limit) or ""
             assert not _recoverable(tail, secret), (limit, tail)

@@ -3,14 +3,13 @@ escaped: every occurrence goes, the words around stay, and the work is linear in
 
 from __future__ import annotations
 
-import contextlib
 import json
 import string
-from collections.abc import Iterator
 from urllib.parse import unquote
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import remembered
 
 from brain._secrets import MIN_SECRET_LENGTH
 
@@ -21,19 +20,6 @@ _SECRET_CHARS = string.ascii_uppercase + string.digits + "-_.~!*@:/=éß€😀"
 _WORD_CHARS = string.ascii_lowercase
 
 
-@contextlib.contextmanager
-def _only(value: str) -> Iterator[None]:
-    """Remember ``value`` for the block only (hypothesis examples share one process)."""
-    from brain import _secrets
-
-    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given", "_encoded")}
-    _secrets.remember(value)
-    try:
-        yield
-    finally:
-        for name, kept in saved.items():
-            getattr(_secrets, name).clear()
-            getattr(_secrets, name).update(kept)
 
 
 def _escaped(value: str, how: list[int]) -> str:
@@ -68,7 +54,7 @@ def test_every_occurrence_of_an_escaped_secret_goes_and_the_words_around_stay(
 
     written = _escaped(value, how)
     line = " ".join(w + " " + written for w in words[:times]) + " " + " ".join(words[times:])
-    with _only(value):
+    with remembered(value):
         out = scrub(line) or ""
     assert value not in _decoded(out), (line, out)
     kept = out.split()
@@ -96,6 +82,6 @@ def test_scrubbing_an_escaped_secret_decodes_the_line_a_bounded_number_of_times(
     monkeypatch.setattr(escapes, "_unescaped", counted)
     value = "Secret-00-abcdefghXYZ"
     line = "a " * 5000 + _escaped(value, [1])
-    with _only(value):
+    with remembered(value):
         assert (scrub(line) or "").endswith(" a ***")
     assert sum(decoded) <= 3 * len(line), f"{len(decoded)} decodings, {sum(decoded)} characters"

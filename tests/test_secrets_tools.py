@@ -6,39 +6,24 @@ column, a piece of the secret 8 characters long."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import shutil
 import string
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import remembered
 
 from brain._secrets import MIN_SECRET_LENGTH
-
-
-@contextlib.contextmanager
-def _only(value: str) -> Iterator[None]:
-    """Remember ``value`` for the block only (hypothesis examples share one process)."""
-    from brain import _secrets
-
-    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given", "_encoded")}
-    _secrets.remember(value)
-    try:
-        yield
-    finally:
-        for name, kept in saved.items():
-            getattr(_secrets, name).clear()
-            getattr(_secrets, name).update(kept)
 
 
 def _scrubbed(value: str, text: str) -> str:
     from brain._secrets import scrub
 
-    with _only(value):
+    with remembered(value):
         return scrub(text) or ""
 
 

@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import string
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,11 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store import contract_support as contract
 from store.contract_support import LONG, new_id
-from support import upgraded_schema
+from support import remembered, upgraded_schema
 
-from brain import _secrets
 from brain._clock import utcnow
-from brain._secrets import remember, scrub
+from brain._secrets import scrub
 from brain.results import StepStatus, TriggerData
 from brain.store import Store
 
@@ -49,21 +47,9 @@ secrets_ = st.text(SECRET_CHARS, min_size=8, max_size=40)
 arounds = st.text(AROUND_CHARS, max_size=12)
 
 
-@contextlib.contextmanager
-def only_secret(secret: str) -> Iterator[None]:
+def only_secret(secret: str) -> contextlib.AbstractContextManager[None]:
     """The process knows ``secret`` alone for the block (each example its own)."""
-    saved = {name: set(getattr(_secrets, name)) for name in ("_values", "_given")}
-    with _secrets._lock:
-        _secrets._values.clear()
-        _secrets._given.clear()
-    remember(secret)
-    try:
-        yield
-    finally:
-        with _secrets._lock:
-            for name, kept in saved.items():
-                getattr(_secrets, name).clear()
-                getattr(_secrets, name).update(kept)
+    return remembered(secret, alone=True)
 
 
 @st.composite
