@@ -248,3 +248,18 @@ def remembered(value: str, *, alone: bool = False) -> Iterator[None]:
                     getattr(_secrets, name).clear()
         _secrets.remember(value)
         yield
+
+
+def compose_command() -> list[str] | None:
+    """How to run Compose here (``docker-compose``, else ``docker compose``), or ``None``."""
+    import shutil
+    import subprocess
+
+    found = shutil.which("docker-compose")
+    if found:
+        return [found]
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True,
+                                 timeout=30).returncode == 0:
+        return [docker, "compose"]
+    return None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import compose_command
 
 yaml = pytest.importorskip("yaml")
 
@@ -24,18 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BRAIN_SERVICES = ("migrate", "serve", "worker")
 
 
-def _compose() -> list[str] | None:
-    found = shutil.which("docker-compose")
-    if found:
-        return [found]
-    docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True,
-                                 timeout=30).returncode == 0:
-        return [docker, "compose"]
-    return None
-
-
-COMPOSE = _compose()
+COMPOSE = compose_command()
 pytestmark = pytest.mark.skipif(COMPOSE is None, reason="no Compose client (docker-compose or "
                                                         "docker compose) is installed")
 

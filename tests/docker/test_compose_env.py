@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import compose_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,17 +28,6 @@ def _recipe_line() -> str:
 
 def _values(env_file: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in env_file.read_text().splitlines() if line)
-
-
-def _compose() -> list[str] | None:
-    found = shutil.which("docker-compose")
-    if found:
-        return [found]
-    docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True,
-                                 timeout=30).returncode == 0:
-        return [docker, "compose"]
-    return None
 
 
 def _clean_env() -> dict[str, str]:
@@ -59,7 +49,7 @@ def test_the_recipe_writes_env_once_private_and_keeps_it(tmp_path: Path) -> None
 
 
 def test_a_second_terminal_needs_nothing_exported(tmp_path: Path) -> None:
-    compose = _compose()
+    compose = compose_command()
     if compose is None:
         pytest.skip("no Compose client (docker-compose or docker compose) is installed")
     shutil.copy(ROOT / "compose.yaml", tmp_path / "compose.yaml")
