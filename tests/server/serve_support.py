@@ -22,6 +22,8 @@ import httpx
 from support import wait_healthy
 
 FINISHED = {"succeeded", "failed", "cancelled"}
+#: The browser the console's tests drive: Debian's chromium (.ci/run installs it).
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # `brain serve`'s start-up line names the address it serves (text or JSON log alike).
 START_LINE = re.compile(r"The Brain: .*? on http://\S*?:(\d+)\s")
 

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from serve_support import BrainServer, brain_argv, clean_env
+from serve_support import CHROMIUM, BrainServer, brain_argv, clean_env
 from support import write_source
 
 from brain.server.webhooks import sign
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # The log panel's browser test waits for the step log endpoint (docs/logs.md).
 # Where shot() saves each page: only when the screenshots command asks (tests.server.screenshots).
 SHOTS = Path(os.environ["CONSOLE_SCREENSHOTS"]) if os.environ.get("CONSOLE_SCREENSHOTS") else None
@@ -120,19 +118,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrainServer]:
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ Run with ``CONSOLE_SCREENSHOTS=DIR``, it saves each page state there, wide and 3
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -22,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_support import BrainServer, brain_argv, clean_env, step_of
+from serve_support import CHROMIUM, BrainServer, brain_argv, clean_env, step_of
 from support import write_source
 
 from brain.server.console.timeline import ticks
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(os.environ["CONSOLE_SCREENSHOTS"]) if os.environ.get("CONSOLE_SCREENSHOTS") else None
 ENDED = {"succeeded", "failed", "cancelled", "skipped"}
 
@@ -92,19 +90,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrainServer]:
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ workflows page's list of runs waiting for a decision (``CONSOLE_SCREENSHOTS``).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_support import BrainServer, brain_argv, clean_env
+from serve_support import CHROMIUM, BrainServer, brain_argv, clean_env
 from support import write_source
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(os.environ["CONSOLE_SCREENSHOTS"]) if os.environ.get("CONSOLE_SCREENSHOTS") else None
 TOKEN = "waiting-e2e-token-1357"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -62,19 +60,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrainServer]:
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture
