@@ -10,6 +10,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_values import structure_count
 
 from brain.executors.json_budget import StructureCounter, structure_limit
 
@@ -29,15 +30,6 @@ WRITINGS = st.fixed_dictionaries({
 })
 
 
-def reference_count(value: Any) -> int:
-    """The structural characters JSON writes for ``value``: a container's ``{`` or ``[``,
-    a ``:`` per key, a ``,`` between two items (text counts nothing)."""
-    if isinstance(value, dict):
-        return 1 + len(value) + max(len(value) - 1, 0) + sum(map(reference_count,
-                                                                 value.values()))
-    if isinstance(value, list):
-        return 1 + max(len(value) - 1, 0) + sum(map(reference_count, value))
-    return 0
 
 
 def chunks(raw: bytes, cuts: list[int]) -> list[bytes]:
@@ -54,7 +46,7 @@ def test_the_count_is_the_parsed_values_whatever_the_writing_and_the_chunks(
     escaped or raw UTF-8: the count is the reference count of the parsed value, and the
     limit passes exactly when the count is within it."""
     raw = json.dumps(value, **writing).encode()
-    expected = reference_count(json.loads(raw))
+    expected = structure_count(json.loads(raw))
     for limit, within in ((expected, True), (expected - 1, False)):
         counter = StructureCounter(limit)
         results = [counter.feed(chunk) for chunk in chunks(raw, cuts)]
@@ -73,7 +65,7 @@ def test_each_event_of_a_stream_is_counted_apart(values: list[Any], newline: str
     events = [f"event: message{newline}data: {json.dumps(v)}{newline}{newline}"
               for v in values]
     raw = "".join(events).encode()
-    largest = max(reference_count(v) + 2 for v in values)
+    largest = max(structure_count(v) + 2 for v in values)
     for limit, within in ((largest, True), (largest - 1, False)):
         counter = StructureCounter(limit, events=True)
         results = [counter.feed(chunk) for chunk in chunks(raw, cuts)]
@@ -93,7 +85,7 @@ def test_text_of_any_content_up_to_the_output_never_counts(text: str,
     counter = StructureCounter(structure_limit(max_output))
     raw = json.dumps(answer).encode()
     assert all(counter.feed(raw[i:i + 65536]) for i in range(0, len(raw), 65536))
-    assert counter.count == reference_count(answer) == 13  # the envelope alone
+    assert counter.count == structure_count(answer) == 13  # the envelope alone
 
 
 def test_a_string_torn_by_a_line_break_ends_there() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from json_values import ANY_TEXT, TINY, structure_count
 
 from brain import llm, workflow
 from brain.executors.llm_answer import MAX_USAGE_TOKENS, PREVIEW_SCAN, answer_limit, shown_body
@@ -349,23 +350,6 @@ def test_a_long_bodys_preview_shows_no_piece_of_a_secret_wherever_the_cut_falls(
 
 # --- values: an answer's structure is bounded before it is parsed -----------------------------
 
-#: Text of any content (no NUL: an output holding one fails on its own), weighted towards
-#: what JSON writes as structure or escapes.
-ANY_TEXT = st.text(alphabet=st.one_of(st.sampled_from('{}[],:"\\\n\x01'),
-                                      st.characters(blacklist_categories=("Cs",),
-                                                    blacklist_characters="\x00")),
-                   min_size=1, max_size=30)
-#: Tiny values, containers and nestings, as a hostile answer packs them.
-TINY = st.sampled_from([{}, [], 0, "a", [[[]]], {"k": []}, [0, 0]])
-
-
-def structure_count(value: Any) -> int:
-    """The braces, brackets, commas and colons JSON writes for ``value`` outside strings."""
-    if isinstance(value, dict):
-        return 1 + 2 * len(value) - bool(value) + sum(map(structure_count, value.values()))
-    if isinstance(value, list):
-        return 1 + len(value) - bool(value) + sum(map(structure_count, value))
-    return 0
 
 
 @settings(max_examples=25, deadline=None,

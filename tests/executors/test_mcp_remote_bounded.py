@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from json_values import ANY_TEXT, TINY, structure_count
 from mcp_servers.fixtures import SERVERS, START_SECONDS, _read_port, stop_group
 
 from brain import mcp_tool, workflow
@@ -220,23 +221,6 @@ def test_answers_are_read_up_to_the_bound_and_no_further(
 
 # --- values: an answer's structure is bounded before the SDK parses it ---------------------------
 
-#: Text of any content (no NUL: an output holding one fails on its own), weighted towards
-#: what JSON writes as structure or escapes.
-ANY_TEXT = st.text(alphabet=st.one_of(st.sampled_from('{}[],:"\\\n\x01'),
-                                      st.characters(blacklist_categories=("Cs",),
-                                                    blacklist_characters="\x00")),
-                   min_size=1, max_size=30)
-#: Tiny values, containers and nestings, as a hostile answer packs them.
-TINY = st.sampled_from([{}, [], 0, "a", [[[]]], {"k": []}, [0, 0]])
-
-
-def structure_count(value: Any) -> int:
-    """The braces, brackets, commas and colons JSON writes for ``value`` outside strings."""
-    if isinstance(value, dict):
-        return 1 + 2 * len(value) - bool(value) + sum(map(structure_count, value.values()))
-    if isinstance(value, list):
-        return 1 + len(value) - bool(value) + sum(map(structure_count, value))
-    return 0
 
 
 class ResultServer:
