@@ -127,6 +127,11 @@ RESET_STEPS = ("UPDATE brain_steps SET status = 'pending', ended_at = NULL, outp
                "error = NULL, usage = NULL, progress = NULL")
 STEPS_OF_RUN = f"SELECT {', '.join(STEP_COLUMNS)} FROM brain_steps WHERE run_id = :run_id"
 STEPS_IN_ORDER = STEPS_OF_RUN + " ORDER BY position"
+#: A retry's checks, in its transaction: the original run (``LOCK_ROW`` added on PostgreSQL,
+#: so two retries of one run take turns), then the newest run that retries it already, if any.
+LOCK_ROW = " FOR UPDATE"
+RETRIED_BY = ("SELECT id, status FROM brain_runs WHERE workflow = :workflow "
+              "AND retry_of = :run_id ORDER BY created_at DESC LIMIT 1")
 STARTED_STEPS = ("SELECT count(*) AS n FROM brain_steps WHERE run_id = :run_id "
                  "AND (status <> 'pending' OR tries > 0)")
 DELETE_STEPS = "DELETE FROM brain_steps WHERE run_id = :run_id"

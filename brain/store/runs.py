@@ -23,6 +23,7 @@ from brain.store.records import (
     check_lease,
     insert_queued,
     queued_run_rows,
+    run_record,
     run_statements,
     step_row,
     write_new_run,
@@ -156,28 +157,67 @@ class RunLifecycle(UsesBackend):
         inputs, tries and times) and do not run again; the others wait to run.
         With ``definition_hash``, a workflow whose definition changed since is a
         :class:`RunConflict`.
+
+        A run is retried once: a second retry of it is :class:`AlreadyRetried` (naming
+        the run that retries it), checked in the transaction that queues the retry, so
+        of two concurrent retries one queues and the other is refused. (On PostgreSQL
+        the original's row is locked first; SQLite's writes take turns anyway.)
         """
         db = self.db
         full = await resolve(db, run_id)
-        original = await read_record(db, full)
-        if original is None:
-            raise RunNotFound(f"no run {run_id!r}")
-        if original.status not in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
-            verb = "is still " if original.status not in _FINISHED else ""
-            raise RunConflict(f"run {full[:12]} {verb}{original.status}: only a failed or "
-                              f"cancelled run can be retried")
-        if definition_hash is not None and definition_hash != original.definition_hash:
-            raise RunConflict(WORKFLOW_CHANGED)
-        new_id = uuid.uuid4().hex
-        run_row, _ = queued_run_rows(new_id, original.workflow, original.definition_hash,
-                                     original.trigger, (), utcnow(),
-                                     previous_run_id=original.previous_run_id,
-                                     trigger_key="retry", retry_of=full,
-                                     concurrency_key=original.concurrency_key)
-        copied = [_retried_step(new_id, r) for r in
-                  await db.read(queries.STEPS_OF_RUN, {"run_id": full})]
-        await db.transaction(run_statements(run_row, copied))
-        return new_id
+        now = utcnow()
+        read_original = queries.RUN_BY_ID + (queries.LOCK_ROW if db.dialect.name == "postgresql"
+                                             else "")
+
+        def job(conn: Connection) -> str:
+            found = conn.read(read_original, {"run_id": full})
+            if not found:
+                raise RunNotFound(f"no run {run_id!r}")
+            original = run_record(found[0])
+            _check_retryable(original, definition_hash)
+            retried = conn.read(queries.RETRIED_BY, {"workflow": original.workflow,
+                                                     "run_id": full})
+            if retried:
+                raise AlreadyRetried(full, str(retried[0]["id"]), str(retried[0]["status"]))
+            new_id = uuid.uuid4().hex
+            run_row, _ = queued_run_rows(new_id, original.workflow, original.definition_hash,
+                                         original.trigger, (), now,
+                                         previous_run_id=original.previous_run_id,
+                                         trigger_key="retry", retry_of=full,
+                                         concurrency_key=original.concurrency_key)
+            copied = [_retried_step(new_id, r)
+                      for r in conn.read(queries.STEPS_OF_RUN, {"run_id": full})]
+            for sql, params in run_statements(run_row, copied):
+                conn.write(sql, params)
+            return new_id
+
+        return await db.atomically(job)
+
+
+class AlreadyRetried(RunConflict):
+    """A run that another run retries already is not retried again: retry that one.
+
+    ``run_id`` is the original's full id; ``retried_by`` and ``status`` are the id and
+    status of the newest run that retries it."""
+
+    def __init__(self, run_id: str, retried_by: str, status: str) -> None:
+        self.run_id, self.retried_by, self.status = run_id, retried_by, status
+        then = ("retry that one instead" if status in (RunStatus.FAILED.value,
+                                                        RunStatus.CANCELLED.value)
+                else "once it has ended, retry that one if need be")
+        super().__init__(f"run {run_id[:12]} was already retried by run {retried_by[:12]} "
+                         f"({status}): {then}")
+
+
+def _check_retryable(original: RunRecord, definition_hash: str | None) -> None:
+    """:class:`RunConflict` unless ``original`` failed or was cancelled, and (with
+    ``definition_hash``) its workflow's definition is the one it ran."""
+    if original.status not in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
+        verb = "is still " if original.status not in _FINISHED else ""
+        raise RunConflict(f"run {original.id[:12]} {verb}{original.status}: only a failed or "
+                          f"cancelled run can be retried")
+    if definition_hash is not None and definition_hash != original.definition_hash:
+        raise RunConflict(WORKFLOW_CHANGED)
 
 
 def _retried_step(run_id: str, old: dict[str, object]) -> dict[str, object]:
