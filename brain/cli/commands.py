@@ -1,5 +1,6 @@
-"""What each ``brain`` subcommand does. Handlers are thin: they call the same functions
-the server will."""
+"""What each ``brain`` subcommand does. Handlers are thin: an operation on runs is a call
+to the application core (:class:`brain.service.api.BrainApi`, on the configured store), the
+one the HTTP API calls, so both answer by the same rules."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from brain.cli.terminal import json_text
 if TYPE_CHECKING:
     from brain.results import RunResult, StepResult
     from brain.runner.events import EventHandler, StepEvent
+    from brain.service.api import BrainApi
     from brain.store import Store
 
 T = TypeVar("T")
@@ -43,6 +45,13 @@ def in_store(fn: Callable[[Store], Awaitable[T]]) -> T:
             return await fn(store)
 
     return asyncio.run(go())
+
+
+def with_api(fn: Callable[[BrainApi], Awaitable[T]]) -> T:
+    """Open the configured store, run ``fn`` with the application core on it, close it."""
+    from brain.service.api import BrainApi
+
+    return in_store(lambda store: fn(BrainApi(store)))
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -132,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _still_waiting(run_id: str) -> bool:
     """Whether the run is ``waiting`` (left so by a Ctrl-C while ``brain run`` waited)."""
-    return in_store(lambda store: store.get_run(run_id, with_steps=False)).status == "waiting"
+    return with_api(lambda api: api.run(run_id, with_steps=False)).status == "waiting"
 
 
 def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
@@ -140,14 +149,14 @@ def _say_handlers_queued(run_id: str, handlers: list[str]) -> None:
     queued, and what executes them: they are not run here."""
     from brain.runner.queueing import failure_of
 
-    async def find(store: Store) -> list[RunResult]:
+    async def find(api: BrainApi) -> list[RunResult]:
         found: list[RunResult] = []
         for name in dict.fromkeys(handlers):
-            runs = await store.list_runs(workflow=name, event="failure", limit=50)
+            runs = await api.runs(workflow=name, event="failure", limit=50)
             found += [r for r in runs if (failure_of(r) or {}).get("run_id") == run_id]
         return found
 
-    queued = in_store(find)
+    queued = with_api(find)
     if not queued:
         return
     listed = ", ".join(f"{r.workflow} ({r.run_id[:12]})" for r in queued)
@@ -190,8 +199,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     """``brain runs``: recent runs, as a table or JSON."""
     if args.limit < 1:
         raise ValueError("--limit must be at least 1")
-    results = in_store(lambda store: store.list_runs(workflow=args.workflow, status=args.status,
-                                                      limit=args.limit))
+    results = with_api(lambda api: api.runs(workflow=args.workflow, status=args.status,
+                                            limit=args.limit))
     if args.json:
         render.write_stdout(json_text([r.to_json_dict() for r in results]) + "\n")
     elif not results:  # say where: an unexpected database is the likely surprise
@@ -208,7 +217,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """``brain show``: one run and its steps, as text or JSON."""
-    result = in_store(lambda store: store.get_run(args.run_id))
+    result = with_api(lambda api: api.run(args.run_id))
     if args.json:
         render.write_stdout(json_text(result.to_json_dict()) + "\n")
     else:
@@ -218,9 +227,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``brain cancel``: ask a run to stop (exit 1 when it had already ended)."""
-    from brain.runner import cancel_run
-
-    result, was_active = in_store(lambda store: cancel_run(store, args.run_id))
+    result, was_active = with_api(lambda api: api.cancel(args.run_id))
     if not was_active:
         render.error(f"run {result.run_id} already ended ({result.status})")
         return 1
@@ -231,10 +238,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_workers(args: argparse.Namespace) -> int:
     """``brain workers``: the executor processes sharing the database."""
-    from brain.runner import lease_seconds
-    from brain.workers import describe_workers
-
-    rows = describe_workers(in_store(lambda store: store.list_workers()), lease_seconds())
+    rows = with_api(lambda api: api.workers())
     if args.json:
         render.write_stdout(json_text(rows, indent=2) + "\n")
         return 0
@@ -243,49 +247,23 @@ def cmd_workers(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    """Queue a retry of a failed or cancelled run, unless it was retried already."""
+    """Queue a retry of a failed or cancelled run, unless another run retries it already
+    (exit 1, naming that run, as the API answers 409)."""
     from brain._errors import RunConflict
-
-    async def retry(store: Store) -> tuple[str, list[RunResult]]:
-        original = await store.get_run(args.run_id, with_steps=False)
-        earlier = await retries_of(store, original)
-        if earlier:
-            return original.run_id, earlier
-        return await store.retry_run(original.run_id), []
+    from brain.service.api import AlreadyRetried
 
     try:
-        new_id, earlier = in_store(retry)
+        new_id, _ = with_api(lambda api: api.retry(args.run_id))
+    except AlreadyRetried as exc:
+        latest = exc.retried_by[:12]
+        render.error(f"{exc} (brain retry {latest}); see it with brain show {latest}")
+        return 1
     except RunConflict as exc:
         render.error(str(exc))
-        return 1
-    if earlier:
-        latest = earlier[0].run_id[:12]
-        listed = ", ".join(f"{r.run_id[:12]} ({r.status})" for r in earlier)
-        then = ("retry that one instead" if earlier[0].status in ("failed", "cancelled")
-                else "once it has ended, retry that one if need be")
-        render.error(f"run {new_id[:12]} was already retried by run {listed}: {then} "
-                     f"(brain retry {latest}); see it with brain show {latest}")
         return 1
     render.ok(f"queued run {new_id}, a retry of {args.run_id}: a running `brain serve` or "
               f"`brain worker` executes it (steps that succeeded keep their outputs)")
     return 0
-
-
-async def retries_of(store: Store, original: RunResult, page: int = 200) -> list[RunResult]:
-    """The runs that retry ``original`` (``retry_of``), newest first.
-
-    A retry is a run of the same workflow and trigger event created after the original,
-    so only the runs listed since the original was created are read, newest first."""
-    found: list[RunResult] = []
-    offset = 0
-    while True:
-        runs = await store.list_runs(workflow=original.workflow, event=original.trigger.event,
-                                     offset=offset, limit=page)
-        found += [r for r in runs if r.retry_of == original.run_id]
-        if len(runs) < page or runs[-1].created_at is None or original.created_at is None \
-                or runs[-1].created_at < original.created_at:
-            return found
-        offset += page
 
 
 def cmd_prune(args: argparse.Namespace) -> int:

@@ -12,21 +12,17 @@ import json
 
 from brain._errors import RunConflict
 from brain.cli import render
-from brain.dsl.waits import SIGNAL_NAME, SIGNAL_NAME_RULE
-
-#: The largest signal body taken (as a webhook's or the API's body).
-MAX_SIGNAL_BODY = 1024 * 1024
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
     """Approve or reject a waiting ``approval`` step; exit 1 when it is not waiting (or was
     decided already)."""
-    from brain.cli.commands import in_store
+    from brain.cli.commands import with_api
 
     approved = not args.reject
     try:
-        decision = in_store(lambda store: store.decide(args.run_id, args.step, approved=approved,
-                                                      comment=args.comment, by="cli"))
+        decision = with_api(lambda api: api.decide(args.run_id, args.step, approved=approved,
+                                                   comment=args.comment, by="cli"))
     except RunConflict as exc:
         render.error(str(exc))
         return 1
@@ -37,14 +33,11 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_signal(args: argparse.Namespace) -> int:
     """Send a signal; print the steps it continued (as JSON lines with ``--json``)."""
-    from brain.cli.commands import in_store
+    from brain.cli.commands import with_api
+    from brain.service.api import BrainApi
 
-    if len(args.body.encode("utf-8", "surrogatepass")) > MAX_SIGNAL_BODY:
-        raise ValueError(f"--body is larger than {MAX_SIGNAL_BODY // 1024 // 1024} MiB")
-    if not SIGNAL_NAME.match(args.signal):
-        raise ValueError(f"bad signal name {args.signal!r}: {SIGNAL_NAME_RULE}")
-    resumed = in_store(lambda store: store.send_signal(args.signal, args.key, args.body,
-                                                       by="cli"))
+    BrainApi.check_signal(args.signal, args.body)  # before the database is opened
+    resumed = with_api(lambda api: api.signal(args.signal, args.key, args.body, by="cli"))
     if args.json:
         render.write_stdout(json.dumps({"resumed": [{"run_id": r, "step": s}
                                                     for r, s in resumed]}) + "\n")

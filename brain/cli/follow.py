@@ -20,7 +20,7 @@ from brain.results import FINISHED_RUN, FINISHED_STEP, LogLine, RunResult
 
 if TYPE_CHECKING:
     from brain.runner.events import LogEvent
-    from brain.store import Store
+    from brain.service.api import BrainApi
 
 #: How often ``--follow`` looks for new lines.
 FOLLOW_SECONDS = 0.5
@@ -59,15 +59,15 @@ class LinePrinter:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """``brain logs RUN_ID [STEP] [--follow]``: a run's steps' logs (or one step's)."""
-    from brain.cli.commands import in_store
+    from brain.cli.commands import with_api
 
-    return in_store(lambda store: show_logs(store, args.run_id, args.step, args.follow))
+    return with_api(lambda api: show_logs(api, args.run_id, args.step, args.follow))
 
 
-async def show_logs(store: Store, run_id: str, step: str | None, follow: bool) -> int:
+async def show_logs(api: BrainApi, run_id: str, step: str | None, follow: bool) -> int:
     """Print the stored lines of ``step`` (every step, in step order, when ``None``);
     with ``follow``, go on printing new lines until the step (or the run) has ended."""
-    run = await store.get_run(run_id)  # RunNotFound: a clear message from the CLI
+    run = await api.run(run_id)  # RunNotFound: a clear message from the CLI
     if step is not None and step not in run.steps:
         from brain.cli import render
 
@@ -81,17 +81,17 @@ async def show_logs(store: Store, run_id: str, step: str | None, follow: bool) -
         # The status first: a step's last lines are stored before its end.
         ended = _has_ended(run, step)
         for name in names:
-            lines = await store.read_log(run.run_id, name, after=after[name])
+            lines = await api.log_lines(run.run_id, name, after=after[name])
             while lines:
                 printer.print_lines(name, lines)
                 after[name] = lines[-1].seq
-                lines = await store.read_log(run.run_id, name, after=after[name])
+                lines = await api.log_lines(run.run_id, name, after=after[name])
         if not follow or ended:
             if not any(after.values()):
                 _say_no_lines(run, step, follow)
             return 0
         await asyncio.sleep(FOLLOW_SECONDS)
-        run = await store.get_run(run.run_id)
+        run = await api.run(run.run_id)
         names += [n for n in run.steps if step is None and n not in after]  # new instances
         after.update({n: 0 for n in names if n not in after})
 

@@ -18,6 +18,7 @@ from litestar.types import ExceptionHandlersMap
 
 from brain._errors import RunConflict, RunNotFound
 from brain.server.bodies import ApiError, RunAccepted, RunEnded
+from brain.service.api import InvalidInput, UnknownWorkflow
 from brain.store.queue import QueueFull
 
 RETRY_AFTER_SECONDS = "5"
@@ -36,13 +37,18 @@ def _conflict(_: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]:
     return error_answer(409, str(exc))
 
 
+def _invalid(_: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]:
+    return error_answer(400, str(exc))
+
+
 def _queue_full(_: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]:
     return error_answer(429, f"too many queued runs ({exc}); retry later",
                         headers={"Retry-After": RETRY_AFTER_SECONDS})
 
 
 #: The answers to The Brain's own errors, for every route that can meet them.
-DOMAIN_ERRORS: ExceptionHandlersMap = {RunNotFound: _not_found, RunConflict: _conflict,
+DOMAIN_ERRORS: ExceptionHandlersMap = {RunNotFound: _not_found, UnknownWorkflow: _not_found,
+                                       RunConflict: _conflict, InvalidInput: _invalid,
                                        QueueFull: _queue_full}
 
 _ERROR_MEANINGS = {

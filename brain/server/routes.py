@@ -1,6 +1,8 @@
-"""HTTP routes (Litestar). Thin: each handler takes typed input, asks a
-:class:`~brain.server.access.ServiceAccess` (injected), and returns a body of
+"""HTTP routes (Litestar). Thin: each handler takes typed input, asks the application core
+(a :class:`~brain.service.api.BrainApi`, injected as
+:class:`~brain.server.access.ServiceAccess`), and returns a body of
 :mod:`brain.server.bodies`, so ``/schema/openapi.json`` describes every request and answer.
+The rules of each operation are the core's; a handler only translates.
 
 The ``/api`` routes share one :class:`~litestar.Router`: the access guard, the injected
 service, the JSON reading rules (:mod:`brain.server.json_input`) and the answers to
@@ -15,7 +17,7 @@ from typing import Annotated, Any
 from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
-from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException
+from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Body, FromPath, FromQuery, JSONBody, QueryParameter
@@ -23,7 +25,6 @@ from litestar.response import ServerSentEvent
 from litestar.types import ControllerRouterHandler
 
 from brain._clock import utcnow
-from brain.dsl.waits import SIGNAL_NAME, SIGNAL_NAME_RULE
 from brain.results import TriggerData, clean_text
 from brain.server import security, webhooks
 from brain.server.access import ServiceAccess, provide_access, provide_changes
@@ -124,10 +125,7 @@ async def list_workflows(brain: NamedDependency[ServiceAccess]) -> list[Workflow
 @get("/workflows/{name:str}", responses=documented(400, 404))
 async def get_workflow(brain: NamedDependency[ServiceAccess], name: FromPath[str]) -> WorkflowDetail:
     """One workflow: steps, edges, triggers and next fire times."""
-    wf = brain.workflows.get(name)
-    if wf is None:
-        raise NotFoundException(detail=f"no workflow {name!r}")
-    return workflow_detail(wf, utcnow())
+    return workflow_detail(brain.workflow(name), utcnow())
 
 
 @post("/workflows/{name:str}/runs", status_code=202, guards=[json_only],
@@ -138,11 +136,8 @@ async def start_run(brain: NamedDependency[ServiceAccess], name: FromPath[str],
     """Queue a run: ``{"body": ..., "wait": false}``; with ``wait``, answer when it ends
     (or 202 after 30 s)."""
     data = data or RunRequest()
-    wf = brain.workflows.get(name)
-    if wf is None:
-        raise NotFoundException(detail=f"no workflow {name!r}")
     trigger = TriggerData.from_input({"body": data.body}, event="manual")
-    run_id, _ = await brain.enqueue(wf, trigger, trigger_key="api")
+    run_id, _ = await brain.start(name, trigger, trigger_key="api")
     return await _answer(brain, run_id, data.wait, 30.0)
 
 
@@ -235,10 +230,9 @@ async def decide(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
     """Approve or reject a step waiting for a decision (``approval()``, SPEC §16):
     ``{"approve": true|false, "comment": "..."}``. Committed before the answer; the run
     continues on an idle executor. 409 when the step was decided already or is not waiting."""
-    full = await brain.full_id(run_id)  # before: a later run may share the prefix
-    decision = await brain.decide(full, step, approved=data.approve, comment=data.comment,
+    decision = await brain.decide(run_id, step, approved=data.approve, comment=data.comment,
                                   by="api")
-    return DecisionTaken(run_id=full, step=step, approved=decision["approved"],
+    return DecisionTaken(run_id=decision["run_id"], step=step, approved=decision["approved"],
                          comment=decision["comment"], by=decision["by"], at=decision["at"])
 
 
@@ -251,11 +245,9 @@ async def send_signal(brain: NamedDependency[ServiceAccess], signal: FromPath[st
     key continues, its output the body. Committed before the answer; the list of the steps
     it continued (empty when nothing waited)."""
     data = data or SignalRequest()
-    if not SIGNAL_NAME.match(signal):
-        raise HTTPException(status_code=400, detail=f"a signal's name is {SIGNAL_NAME_RULE}")
     body = data.body if isinstance(data.body, str) else "" if data.body is None else \
         json.dumps(data.body, ensure_ascii=False, separators=(",", ":"))
-    resumed = await brain.signal(signal, data.key, clean_text(body) or "")
+    resumed = await brain.signal(signal, data.key, clean_text(body) or "", by="api")
     return SignalSent(resumed=[ResumedStep(run_id=r, step=s) for r, s in resumed])
 
 
@@ -306,8 +298,8 @@ async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependenc
         raise HTTPException(status_code=400, detail="the body is not UTF-8 text") from None
     trigger = TriggerData(event="webhook", body=text, headers=webhooks.stored_headers(headers))
     try:
-        run_id, created = await brain.enqueue(hook.workflow, trigger, trigger_key="webhook",
-                                              delivery_id=webhooks.delivery_id(headers))
+        run_id, created = await brain.start(hook.workflow, trigger, trigger_key="webhook",
+                                            delivery_id=webhooks.delivery_id(headers))
     except QueueFull:
         brain.count_delivery(shown, "throttled")
         raise

@@ -3,8 +3,12 @@
 It loads nothing itself: it is given workflows, opens the store, and runs the
 takers of runs (N concurrent runs from the durable queue, :mod:`.taking`), the
 schedules and the file watchers (:mod:`.triggering`). Triggers only create
-queued runs (:meth:`BrainService.enqueue`); takers execute them. HTTP handlers
-are thin and call these methods.
+queued runs (:meth:`BrainService.enqueue`); takers execute them. The operations on
+runs (retry, decide, signal, wait for an end, ...) are :class:`~brain.service.api.BrainApi`'s,
+which the HTTP layer gets from :attr:`BrainService.api`.
+
+The runner and the trigger machinery are imported when a service is made, not with this
+package: ``brain.service.api`` serves the CLI's reads without them.
 """
 
 from __future__ import annotations
@@ -17,14 +21,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
-from brain.results import FINISHED_RUN, RunResult, TriggerData
-from brain.runner.queueing import enqueue, env_int, new_run, serve_here, stop_serving
+from brain.results import TriggerData
 from brain.service.hooks import Hook, hook_routes
-from brain.service.taking import RunTaker
-from brain.service.triggering import Triggers
 
 if TYPE_CHECKING:
     from brain.runner.workflows import RunnableWorkflow
+    from brain.service.api import BrainApi
     from brain.store import Store
     from brain.workflow import Workflow
 
@@ -41,7 +43,9 @@ class BrainService:
                  execute: bool = True, triggers: bool = True, kind: str = "serve") -> None:
         from brain.metrics import Metrics
         from brain.runner import new_owner
-        from brain.runner.queueing import queue_limit
+        from brain.runner.queueing import env_int, queue_limit
+        from brain.service.taking import RunTaker
+        from brain.service.triggering import Triggers
         from brain.store import Store
 
         self.workflows: dict[str, Workflow] = dict(workflows)
@@ -70,6 +74,21 @@ class BrainService:
     def _loaded(self) -> Mapping[str, Workflow]:
         return self.workflows
 
+    @property
+    def api(self) -> BrainApi:
+        """The operations on runs and workflows, on this service's store and workflows."""
+        from brain.service.api import BrainApi
+
+        return BrainApi(self.store, self)
+
+    def wake(self) -> None:
+        """New work is committed (a run queued, a wait ended): the takers look now."""
+        self.taker.wake.set()
+
+    def execution_ended(self) -> asyncio.Future[None]:
+        """A future that is done when the next execution of this process ends."""
+        return self.taker.execution_ended()
+
     # --- life cycle ------------------------------------------------------------
 
     async def preflight(self) -> None:
@@ -87,6 +106,7 @@ class BrainService:
     async def start(self) -> None:
         """Open the store, then start the takers, schedules and watchers."""
         from brain._secrets import make_undumpable
+        from brain.runner.queueing import serve_here
         from brain.runner.workflows import remember_known_secrets
 
         # Steps run as this process's user: keep them out of its memory and environment.
@@ -123,6 +143,8 @@ class BrainService:
         await asyncio.shield(self._stopped)
 
     async def _stop(self, grace_seconds: float) -> None:
+        from brain.runner.queueing import stop_serving
+
         stop_serving(self)
         self.firing.stop()
         left = await self.taker.wait_running(grace_seconds, self._hurry)
@@ -148,70 +170,14 @@ class BrainService:
                       delivery_id: str | None = None,
                       fire_time: datetime | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)`` (see ``Store.enqueue_run``)."""
+        from brain.runner.queueing import enqueue, new_run
+
         run_id, created = await enqueue(self.store, new_run(wf, trigger), trigger_key=trigger_key,
                                         max_queued=self.max_queued, delivery_id=delivery_id,
                                         fire_time=fire_time)
         if created:
             self.taker.wake.set()
         return run_id, created
-
-    async def retry(self, run_id: str) -> tuple[str, str]:
-        """Queue a retry of a failed or cancelled run (see ``Store.retry_run``); the new
-        run's id and the original's full id.
-
-        :class:`RunConflict` when the run is active or succeeded, when its workflow is
-        not served here, or when its definition changed since.
-        """
-        from brain._errors import RunConflict
-
-        full = await self.store.resolve_id(run_id)
-        row = await self.store.run_row(full)
-        wf = None if row is None else self.workflows.get(row.workflow)
-        if row is not None and wf is None:
-            raise RunConflict(f"workflow {row.workflow!r} is not served here")
-        new_id = await self.store.retry_run(full, definition_hash=None if wf is None
-                                            else wf.definition_hash)
-        self.taker.wake.set()
-        return new_id, full
-
-    # --- waits (SPEC §16) ---------------------------------------------------------
-
-    async def decide(self, run_id: str, step: str, *, approved: bool, comment: str | None = None,
-                     by: str = "api") -> dict[str, Any]:
-        """Approve or reject a waiting approval step (committed before this returns); the
-        run continues on an idle executor. :class:`RunConflict` when the step is not
-        waiting or was decided already."""
-        decision = await self.store.decide(run_id, step, approved=approved, comment=comment,
-                                           by=by)
-        self.taker.wake.set()
-        return decision
-
-    async def signal(self, signal: str, key: str | None = None, body: str = "", *,
-                     by: str = "api") -> list[tuple[str, str]]:
-        """Send ``signal``: every step waiting for it with ``key`` continues (committed
-        before this returns); their ``(run id, step)``."""
-        resumed = await self.store.send_signal(signal, key, body, by=by)
-        if resumed:
-            self.taker.wake.set()
-        return resumed
-
-    async def wait_for(self, run_id: str, seconds: float) -> RunResult | None:
-        """The run once it has ended, or ``None`` after ``seconds``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        delay = 0.02
-        while True:
-            # Told when an execution of this process ends; a run executed elsewhere is
-            # looked at again, more and more rarely.
-            ended = self.taker.execution_ended()
-            run = await self.store.get_run(run_id, with_steps=False)
-            if run.status in FINISHED_RUN:
-                return run
-            if loop.time() >= deadline:
-                return None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ended, min(delay, max(deadline - loop.time(), 0)))
-            delay = min(delay * 1.5, 0.5)
 
     # --- reloading ------------------------------------------------------------
 

@@ -95,14 +95,13 @@ async def decide_in_console(request: Request[Any, Any, Any], brain: NamedDepende
         return _refused(request, 400, problem, run_id, step)
     try:
         decision = await brain.decide(run_id, step, approved=approve, comment=comment, by=BY)
-        full = await brain.full_id(run_id)
     except RunConflict as exc:
         return _refused(request, 409, str(exc), run_id, step)
     except RunNotFound as exc:
         return _refused(request, 404, str(exc), run_id, step)
     if _wants_json(request):
-        return Response({"run_id": full, "step": step, **decision}, status_code=200)
-    return Redirect(f"/runs/{full}#step-{quote(step)}", status_code=303)
+        return Response(decision, status_code=200)
+    return Redirect(f"/runs/{decision['run_id']}#step-{quote(step)}", status_code=303)
 
 
 ROUTES: list[Any] = [decide_in_console]
