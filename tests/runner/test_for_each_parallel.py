@@ -186,3 +186,31 @@ def test_kill_9_inside_a_block_with_parallel_steps_then_resume(
             proc.wait()
         if pid_file.exists() and pid_file.read_text().strip():
             kill_group_quietly(int(pid_file.read_text()))
+
+
+def test_parallel_siblings_per_instance_on_postgresql(pg_url: str) -> None:
+    """The same plan on PostgreSQL: instance rows, siblings and the block's lists."""
+    import uuid
+
+    @workflow(name=f"pgfanpar_{uuid.uuid4().hex[:8]}")
+    def pgfanpar():
+        with for_each(["a", "b", "c"], max_parallel=2) as x:
+            with parallel():
+                up = shell("up", argv=["echo", f"up-{x}"])
+                down = shell("down", argv=["echo", f"down-{x}"])
+            shell("both", argv=["echo", f"{up}/{down}"])
+
+    async def go() -> Any:
+        store = Store(pg_url)
+        await store.upgrade_schema()
+        try:
+            return await pgfanpar.arun(store=store)
+        finally:
+            await store.close()
+
+    r = asyncio.run(go())
+    assert r.status == RunStatus.SUCCEEDED, r.error
+    assert json.loads(r.steps["both"].output or "") == [f"up-{x}/down-{x}" for x in "abc"]
+    for i in range(3):
+        assert max(r.steps[f"up[{i}]"].ended_at, r.steps[f"down[{i}]"].ended_at) \
+            <= r.steps[f"both[{i}]"].started_at
