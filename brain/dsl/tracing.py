@@ -253,10 +253,7 @@ def parallel() -> Iterator[None]:
     tracer = require_tracer("parallel")
     if tracer.in_parallel:
         raise tracer.error(None, "parallel() blocks cannot be nested")
-    if tracer.group is not None:
-        raise tracer.error(None, "parallel() cannot be used inside a for_each block (each "
-                                 "instance runs its steps in call order; instances run in "
-                                 "parallel)")
+    # Inside a for_each block it makes siblings within each instance.
     tracer.in_parallel = True
     tracer.block_base = tracer.frontier
     tracer.block = []
@@ -297,7 +294,8 @@ def for_each(items: object, *, max_parallel: int = 4, name: str = "item") -> Ite
     1,000 elements). The block yields the current element (``{each.NAME}``):
     a string element is its text, any other its compact JSON. Instances run in
     parallel, up to ``max_parallel`` at once; each runs the block's steps in
-    call order, as steps named ``step[0]``, ``step[1]``... A reference inside
+    call order (those inside a ``parallel()`` within the block as siblings), as
+    steps named ``step[0]``, ``step[1]``... A reference inside
     the block is to the same instance; after it, to the JSON array of every
     instance's output in item order.
 
@@ -335,12 +333,22 @@ def for_each(items: object, *, max_parallel: int = 4, name: str = "item") -> Ite
         raise tracer.error(None, f"for_each takes a list or the output of an earlier step "
                                  f"(a JSON array), not {shown}: parse it in a @step that "
                                  f"returns a list")
+    # Each instance runs the block's steps in call order (siblings only inside a parallel()
+    # within the block), so a block inside a parallel() orders its own steps: the parallel
+    # is set aside while the block is traced, and the block joins its siblings after.
+    outer = (tracer.in_parallel, tracer.block_base, tracer.block)
+    tracer.in_parallel = False
     tracer.group = spec
     try:
         yield EachNode(name, index)
     finally:
         block = tracer.group
         tracer.group = None
+        tracer.in_parallel, tracer.block_base, tracer.block = outer
+        if tracer.in_parallel:
+            tracer.frontier = tracer.block_base
+            if block is not None:
+                tracer.block.extend(block.steps)
     if block is not None and block.steps:
         tracer.groups.append(block)
         if not tracer.in_parallel:

@@ -1,10 +1,12 @@
 """Running workflows: start a run now, execute a queued one, resume an abandoned one.
 
-The parts, each small: :mod:`~brain.runner.plan` (what may start, pure),
+The parts, each small: :mod:`~brain.runner.lifecycle` (what a run does next, pure),
+:mod:`~brain.runner.plan` (what may start, pure, growing by ``for_each`` instances),
 :mod:`~brain.runner.attempt` (one step and its retries), :mod:`~brain.runner.blocks`
-(``for_each``), :mod:`~brain.runner.lease`, :mod:`~brain.runner.ending` (the run's
-end), :mod:`~brain.runner.engine` (the loop tying them), :mod:`~brain.runner.claimed`
-(a claimed run), :mod:`~brain.runner.now` (a run now) and
+(a ``for_each`` block's expansion and gathering), :mod:`~brain.runner.lease`,
+:mod:`~brain.runner.ending` (the run's end), :mod:`~brain.runner.engine` (the loop
+tying them), :mod:`~brain.runner.claimed` (a claimed run), :mod:`~brain.runner.now`
+(a run now) and
 :mod:`~brain.runner.queueing` (queued runs).
 """
 

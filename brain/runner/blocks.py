@@ -1,21 +1,29 @@
-"""A ``for_each`` block: expanded as the plan says, its instances run, its lists recorded."""
+"""A ``for_each`` block's own work, as the plan hands it out: its expansion (instance rows
+committed before any instance starts, then the plan grows a unit per step of each
+instance), a step of an instance, and the gathering of each step's list of outputs once
+every instance ended. The instances themselves are scheduled by the plan
+(:meth:`brain.runner.plan.Plan.grow`), ``max_parallel`` at a time, with every other unit.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import MutableMapping
+from datetime import datetime
 
 from brain._clock import utcnow
-from brain.dsl.model import ForEachSpec, StepSpec
 from brain.results import StepStatus, base_name
 from brain.runner.attempt import StepRunner
-from brain.runner.plan import Expansion, Fail, Scope, Skip, element_text
+from brain.runner.plan import Fail, Skip, Unit
 from brain.runner.record import Outcome
 
 
-async def run_block(runner: StepRunner, group: ForEachSpec) -> Outcome:
-    """Expand the block (instance rows committed first), run its instances up to
-    ``max_parallel`` at once, then record each step's list of outputs."""
-    plan, recorder = runner.plan, runner.recorder
+async def expand_block(runner: StepRunner, unit: Unit,
+                       started: MutableMapping[str, datetime]) -> Outcome:
+    """Decide the block as one — skipped, failed once, every step of it skipped as a
+    whole — or expand it: its instance rows are committed, then the plan grows its
+    instances (``started`` notes when, for the block's own rows)."""
+    plan, recorder, group = runner.plan, runner.recorder, unit.group
+    assert group is not None
     first = group.steps[0]
     expansion = plan.expand(group)
     if isinstance(expansion, Skip):
@@ -28,66 +36,38 @@ async def run_block(runner: StepRunner, group: ForEachSpec) -> Outcome:
         for name, reason in expansion.skipped.items():
             await runner.skip([name], reason)
         return Outcome(first, True)
-    count = len(expansion.items)
     members = [plan.specs[n] for n in group.steps]
-    rows = [(f"{m.name}[{i}]", m.kind, m.position) for i in range(count) for m in members]
+    rows = [(f"{m.name}[{i}]", m.kind, m.position)
+            for i in range(len(expansion.items)) for m in members]
     await recorder.store.add_steps(recorder.run_id, rows, owner=recorder.owner)
-    started = utcnow()
-    with runner.room.aside():  # its instances count as work on their own
-        failed = await _run_instances(runner, group, members, expansion)
-    if failed is not None:  # an instance failed: the run halts
-        await recorder.ended([base_name(failed.name)], StepStatus.FAILED,
-                             f"{failed.name} failed: {failed.error}", emit=False)
-        return failed
-    ended = utcnow()
-    for member in members:
-        if member.name in expansion.skipped:
-            await runner.skip([member.name], expansion.skipped[member.name])
-            continue
-        output = plan.block_output(member.name, count)
-        await recorder.finished(member.name, StepStatus.SUCCEEDED, tries=1, ended_at=ended,
-                                output=output, inputs={"instances": count}, started_at=started)
-        plan.succeeded(member.name, output)
+    started[unit.name] = utcnow()
+    plan.grow(unit.name, expansion)
     return Outcome(first, True)
 
 
-async def _run_instances(runner: StepRunner, group: ForEachSpec, members: list[StepSpec],
-                         expansion: Expansion) -> Outcome | None:
-    """Run every instance of the block (``members``: its steps' specs); the first instance
-    that failed, or ``None``."""
-    members_set = frozenset(group.steps)
-    limit = asyncio.Semaphore(group.max_parallel)
+async def run_instance_step(runner: StepRunner, unit: Unit) -> Outcome:
+    """One step of one instance; one that fails fails its block's row too (the run halts)."""
+    outcome = await runner.run(runner.plan.instance_spec(unit), unit.scope)
+    if not outcome.ok:
+        await runner.recorder.ended([base_name(unit.name)], StepStatus.FAILED,
+                                    f"{unit.name} failed: {outcome.error}", emit=False)
+    return outcome
 
-    async def instance(index: int, element: str) -> Outcome | None:
-        scope = Scope(index, element, members_set)
-        async with limit:
-            with runner.room.working():
-                return await steps_of(scope)
 
-    async def steps_of(scope: Scope) -> Outcome | None:
-        """The block's steps in one instance, in order, until one does not end well."""
-        for member in members:
-            name = scope.name(member.name)
-            if name in runner.plan.outputs:  # finished before a resume
-                continue
-            spec = member.model_copy(update={"name": name, "instance": scope.index})
-            outcome = await runner.run(spec, scope)
-            if not outcome.ok:
-                return outcome
-        return None
-
-    tasks = [asyncio.create_task(instance(i, element_text(item)))
-             for i, item in enumerate(expansion.items)]
-    try:
-        pending: set[asyncio.Task[Outcome | None]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                outcome = task.result()
-                if outcome is not None:
-                    return outcome
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return None
+async def gather_block(runner: StepRunner, unit: Unit, started: datetime | None) -> Outcome:
+    """Every instance ended well: record each step of the block with the JSON list of its
+    instances' outputs (a step skipped as a whole, skipped)."""
+    plan, recorder, group = runner.plan, runner.recorder, unit.group
+    assert group is not None
+    block = plan.blocks[unit.name]
+    ended = utcnow()
+    for member in group.steps:
+        if member in block.skipped:
+            await runner.skip([member], block.skipped[member])
+            continue
+        output = plan.block_output(member, block.count)
+        await recorder.finished(member, StepStatus.SUCCEEDED, tries=1, ended_at=ended,
+                                output=output, inputs={"instances": block.count},
+                                started_at=started or ended)
+        plan.succeeded(member, output)
+    return Outcome(group.steps[0], True)

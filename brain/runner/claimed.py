@@ -1,24 +1,40 @@
 """Executing a claimed run: a queued one, a resumed one, or one whose end is decided first.
 
-Before any step starts, what an earlier try left is settled: the process groups
-it left running on this machine end, a cancel asked for while nobody executed
-the run ends it, and a run recorded under another definition of its workflow
-fails as changed (a queued one that never started takes the definition loaded
-now instead).
+Before any step starts, what is stored of the run is read and
+:mod:`~brain.runner.lifecycle` decides what it does; this module acts on the
+decision: the process groups an earlier try left running on this machine end, a
+cancel asked for while nobody executed the run ends it, a run recorded under
+another definition of its workflow fails as changed (a queued one that never
+started takes the definition loaded now instead), or its unfinished steps are
+reset and it executes.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from brain._clock import utcnow
-from brain._errors import WORKFLOW_CHANGED, LeaseLost, StoreError
+from brain._errors import LeaseLost, StoreError
 from brain._owners import new_owner
 from brain.executors import Executor
-from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus
+from brain.results import RunResult, RunStatus, StepStatus
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, LogHandler
+from brain.runner.lifecycle import (
+    Action,
+    Decision,
+    Definition,
+    Event,
+    StoredRun,
+    StoredStep,
+    cancel_ends_leftovers,
+    event_of,
+    may_resume,
+    on_taken,
+    restamp_refused,
+)
 from brain.runner.queueing import failure_runs
 from brain.runner.waiting import WaitsFound
 from brain.runner.workflows import RunnableWorkflow
@@ -78,18 +94,18 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     lease = lease_seconds()
     row = row or await store.run_row(run_id)
     assert row is not None
-    if not first_start and not woken:
-        # Whatever an earlier try of this run left running on this machine (its executor
-        # died, or froze past its lease and may wake any moment) ends before anything
-        # else happens to the run: no step of it may run beside its next try.
-        await end_leftover_processes(store, run_id)
+    event = event_of(first_start=first_start, woken=woken, retry_of=row.retry_of)
     try:
-        if await _ended_before_start(wf, store, row, owner, first_start, loaded):
+        decision, run, waits = await _decide(wf, store, row, owner, event)
+        if decision.end_leftovers:
+            # Whatever an earlier try of this run left running on this machine (its executor
+            # died, or froze past its lease and may wake any moment) ends before anything
+            # else happens to the run: no step of it may run beside its next try.
+            await end_leftover_processes(store, run_id)
+        if decision.action is not Action.CONTINUE:
+            await _end_before_start(wf, store, row, owner, decision, loaded)
             return await store.get_run(run_id)
-        # Read before the steps: a wait that ends after this is noticed (SPEC §16).
-        waits = WaitsFound() if first_start else await WaitsFound.read(store, run_id)
-        previous, states = await _reset_for_start(wf, store, row, owner, first_start,
-                                                  keep=waits.waiting | set(waits.failed))
+        previous = await _prepare(wf, store, row, owner, decision)
     except LeaseLost:
         return await store.get_run(run_id)
     # The work above may have waited out a busy database: renew the lease now, so the
@@ -100,7 +116,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     execution = RunExecution(wf, store, run_id, owner, trigger=row.trigger,
                              previous_run_id=previous, lease_seconds=lease,
                              outputs=await store.step_outputs(run_id),
-                             tries={n: t for n, (_, t) in states.items()},
+                             tries={n: s.tries for n, s in run.steps.items()},
                              executors=executors, on_event=on_event, on_log=on_log,
                              abandon_on_cancel=abandon_on_cancel, loaded=loaded,
                              waits=waits)
@@ -108,64 +124,71 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     return await store.get_run(run_id)
 
 
-async def _ended_before_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
-                              first_start: bool,
-                              loaded: Mapping[str, RunnableWorkflow] | None) -> bool:
-    """End the run now when it must not run: cancelled while nobody executed it, or
-    recorded under another definition; ``True`` when it ended."""
-    run_id = row.id
-    if row.cancel_requested:
-        # Cancelled while nobody executed it (its executor froze or died): it ends here,
-        # and none of its steps starts again.
-        await store.end_unfinished_steps(run_id, pending=StepStatus.CANCELLED,
-                                         error="cancelled", owner=owner)
-        await store.finish_run(run_id, RunStatus.CANCELLED, "cancelled", owner=owner)
-        return True
-    changed = row.definition_hash != wf.definition_hash or row.workflow != wf.name
-    if changed and row.workflow == wf.name and first_start and row.retry_of is None:
-        # Queued under another definition of the workflow (a reload or a deploy since, or
-        # another machine's version) and never started: it runs the workflow as this
-        # executor has it now, like any queued run. Only a run that has started is bound to
-        # its definition (the store checks that no step of it has started).
-        changed = not await store.restamp_run(
-            run_id, wf.definition_hash, [(s.name, s.kind) for s in wf.spec.steps], owner=owner)
-    if not changed:
-        return False
-    states = await store.step_states(run_id)
-    await store.steps_ended(run_id, [n for n, (status, _) in states.items()
-                                     if status != StepStatus.SUCCEEDED.value],
-                            StepStatus.SKIPPED, error=WORKFLOW_CHANGED, owner=owner)
-    await store.finish_run(run_id, RunStatus.FAILED, WORKFLOW_CHANGED, owner=owner,
-                           then_queue=failure_runs(wf, row.trigger, run_id, WORKFLOW_CHANGED,
-                                                   None, None, loaded=loaded))
-    return True
+def definition_of(wf: RunnableWorkflow) -> Definition:
+    """The workflow as loaded here, as :mod:`~brain.runner.lifecycle` reads it."""
+    return Definition(wf.name, wf.definition_hash,
+                      reads_previous=any(s.previous_refs for s in wf.spec.steps))
 
 
-async def _reset_for_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
-                           first_start: bool, keep: Set[str] = frozenset()
-                           ) -> tuple[str | None, dict[str, tuple[str, int]]]:
-    """Put the steps that did not succeed back to pending (but those in ``keep``: steps
-    that wait, or whose wait ended failed) and choose the run ``{previous.X}`` reads if it
-    is chosen now: that run, and each step's status and tries as they were before the
-    reset."""
-    run_id = row.id
+def stored_run(row: RunRecord, states: Mapping[str, tuple[str, int]],
+               waits: WaitsFound | None = None) -> StoredRun:
+    """What is stored of a run (its record, its steps' states, its waits) as plain data."""
+    waits = waits or WaitsFound()
+    return StoredRun(row.workflow, row.definition_hash, cancel_requested=row.cancel_requested,
+                     retry_of=row.retry_of, previous_run_id=row.previous_run_id,
+                     steps={n: StoredStep(status, tries) for n, (status, tries) in states.items()},
+                     waiting=waits.waiting, failed_waits=frozenset(waits.failed))
+
+
+async def _decide(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
+                  event: Event) -> tuple[Decision, StoredRun, WaitsFound]:
+    """Read what is stored of the run and decide what it does (see
+    :func:`~brain.runner.lifecycle.on_taken`); a queued run under another definition is
+    given the loaded one first, when the store agrees."""
+    # Read before the steps: a wait that ends after this is noticed (SPEC §16).
+    waits = WaitsFound() if event in (Event.STARTED, Event.RETRIED) \
+        else await WaitsFound.read(store, row.id)
+    run = stored_run(row, await store.step_states(row.id), waits)
+    decision = on_taken(event, run, definition_of(wf))
+    if decision.action is Action.RESTAMP:
+        if await store.restamp_run(row.id, wf.definition_hash,
+                                   [(s.name, s.kind) for s in wf.spec.steps], owner=owner):
+            run = replace(stored_run(row, await store.step_states(row.id), waits),
+                          definition_hash=wf.definition_hash)
+            decision = on_taken(event, run, definition_of(wf))
+        else:
+            decision = restamp_refused(run)
+    return decision, run, waits
+
+
+async def _end_before_start(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
+                            decision: Decision,
+                            loaded: Mapping[str, RunnableWorkflow] | None) -> None:
+    """End a run that must not run (cancelled while nobody executed it, or changed)."""
+    run_id, reason = row.id, decision.reason or str(decision.action)
+    if decision.action is Action.CANCEL:
+        await store.end_unfinished_steps(run_id, pending=StepStatus.CANCELLED, error=reason,
+                                         owner=owner)
+        await store.finish_run(run_id, RunStatus.CANCELLED, reason, owner=owner)
+    elif decision.action is Action.FAIL:
+        await store.steps_ended(run_id, list(decision.steps), StepStatus.SKIPPED, error=reason,
+                                owner=owner)
+        await store.finish_run(run_id, RunStatus.FAILED, reason, owner=owner,
+                               then_queue=failure_runs(wf, row.trigger, run_id, reason,
+                                                       None, None, loaded=loaded))
+
+
+async def _prepare(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
+                   decision: Decision) -> str | None:
+    """Act on a ``CONTINUE``: choose the run ``{previous.X}`` reads if it is chosen now, put
+    the steps it names back to pending; return the run ``{previous.X}`` reads."""
     previous = row.previous_run_id
-    states = await store.step_states(run_id)
-    # (a pending step has nothing to reset: no end, output or error)
-    unfinished = [n for n, (status, _) in states.items() if n not in keep
-                  and status not in (StepStatus.SUCCEEDED.value, StepStatus.PENDING.value)]
-    # No step has started yet (an executor died between taking the run and recording which
-    # run {previous.X} reads): choose now, as a first start does.
-    never_started = all(status == StepStatus.PENDING.value and tries == 0
-                        for status, tries in states.values())
-    # A retry keeps its original's choice, even "none" (its succeeded steps used it).
-    if previous is None and row.retry_of is None and (first_start or never_started) and \
-            any(s.previous_refs for s in wf.spec.steps):
+    if decision.choose_previous:
         previous = await store.latest_succeeded_run(wf.name, utcnow())
-        await store.set_previous_run(run_id, previous, owner=owner)
-    if unfinished:  # (the lease is checked by the renewal that follows either way)
-        await store.reset_steps(run_id, unfinished, owner=owner)
-    return previous, states
+        await store.set_previous_run(row.id, previous, owner=owner)
+    if decision.steps:  # (the lease is checked by the renewal that follows either way)
+        await store.reset_steps(row.id, decision.steps, owner=owner)
+    return previous
 
 
 async def resume_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
@@ -175,7 +198,7 @@ async def resume_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
     Returns ``None`` when the run is finished or still held by a live lease.
     """
     run = await store.get_run(run_id, with_steps=False)
-    if run.status in FINISHED_RUN:
+    if not may_resume(run.status):
         return None
     return await execute_run(wf, store, run.run_id, on_event=on_event)
 
@@ -187,8 +210,8 @@ async def cancel_run(store: RunStore, run_id: str) -> tuple[RunResult, bool]:
     ended too: a cancelled run runs nothing more (SPEC §4)."""
     before = await store.run_row(await store.resolve_id(run_id))
     result, active = await store.request_cancel(run_id)
-    if active and before is not None and before.status == RunStatus.RUNNING.value \
-            and result.status == RunStatus.CANCELLED:
+    if cancel_ends_leftovers(None if before is None else before.status, active=active,
+                             after=result.status):
         await end_leftover_processes(store, result.run_id)
     return result, active
 

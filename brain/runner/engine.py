@@ -1,7 +1,8 @@
 """Executes one claimed run: the plan's units on asyncio, each step recorded as it ends.
 
 The plan (:mod:`brain.runner.plan`) says what may start; steps run through
-:mod:`brain.runner.attempt` and blocks through :mod:`brain.runner.blocks`; the
+:mod:`brain.runner.attempt`, a ``for_each`` block's expansion and gathering through
+:mod:`brain.runner.blocks` (its instances' steps are units of the plan like any); the
 lease (:mod:`brain.runner.lease`) is renewed beside them; the run's end is
 written by :mod:`brain.runner.ending`. Every write is conditional on this
 executor still holding the run's lease; once it is lost, the process groups of
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from functools import partial
 
 from brain._errors import LeaseLost
@@ -22,7 +24,7 @@ from brain._secrets import make_undumpable
 from brain.executors import Executor, StepContext, default_executors
 from brain.results import RunStatus, TriggerData
 from brain.runner.attempt import StepRunner
-from brain.runner.blocks import run_block
+from brain.runner.blocks import expand_block, gather_block, run_instance_step
 from brain.runner.ending import end_of, write_end
 from brain.runner.events import EventHandler, LogHandler
 from brain.runner.lease import Lease
@@ -80,6 +82,8 @@ class RunExecution:
                                 self.executors, ctx, dict(tries or {}), self.room,
                                 self.waits.waiting)
         self.cancel_reason = "cancelled"
+        #: When each block expanded in this execution (its own rows' start time).
+        self._expanded: dict[str, datetime] = {}
         #: The run was let go of: every step left waits (SPEC §16).
         self.parked = False
 
@@ -163,10 +167,15 @@ class RunExecution:
             idle.cancel()
 
     async def _unit(self, unit: Unit) -> Outcome:
-        """One unit's work, counted as work while it runs (see :class:`WaitRoom`)."""
+        """One unit's work, counted as work while it runs (see :class:`WaitRoom`): a step,
+        a step of a block's instance, or a block's expansion or gathering."""
         with self.room.working():
+            if unit.scope is not None:
+                return await run_instance_step(self.steps, unit)
+            if unit.gathers:
+                return await gather_block(self.steps, unit, self._expanded.get(unit.name))
             if unit.group is not None:
-                return await run_block(self.steps, unit.group)
+                return await expand_block(self.steps, unit, self._expanded)
             return await self.steps.run(self.plan.specs[unit.name])
 
     async def _let_go(self) -> bool:
@@ -203,7 +212,7 @@ class RunExecution:
             if not outcome.ok:
                 failures.append(outcome)
                 continue
-            self.plan.finish(unit.name)
+            self.plan.finish(unit)
         return bool(failures) or self.lease.lost
 
     def _outcome_of(self, task: asyncio.Task[Outcome], name: str) -> Outcome | None:

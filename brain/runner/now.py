@@ -13,10 +13,19 @@ from typing import Any
 from brain._clock import utcnow
 from brain._owners import new_owner
 from brain.executors import Executor
-from brain.results import FINISHED_RUN, RunResult, RunStatus, StepResult, StepStatus, TriggerData
-from brain.runner.claimed import execute_claimed, lease_seconds
+from brain.results import FINISHED_RUN, RunResult, StepResult, StepStatus, TriggerData
+from brain.runner.claimed import definition_of, execute_claimed, lease_seconds
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, LogHandler, StepEvent
+from brain.runner.lifecycle import (
+    Action,
+    Event,
+    StoredRun,
+    after_execution,
+    on_look,
+    on_stall_look,
+    on_taken,
+)
 from brain.runner.queueing import new_run
 from brain.runner.waiting import fire_when_due
 from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
@@ -78,9 +87,10 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
         run = new_run(wf, trig)  # recorded running at once, not queued
         run_id = run.run_id
         lease = lease_seconds()
-        uses_previous = any(s.previous_refs for s in wf.spec.steps)
+        decided = on_taken(Event.STARTED, StoredRun(wf.name, wf.definition_hash),
+                           definition_of(wf))
         previous = None
-        if uses_previous and previous_outputs is None:
+        if decided.choose_previous and previous_outputs is None:
             previous = await st.latest_succeeded_run(wf.name, utcnow())
         await st.create_run(run_id=run_id, workflow=run.workflow,
                             definition_hash=run.definition_hash, trigger=run.trigger,
@@ -91,10 +101,11 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                                  on_log=on_log,
                                  previous_outputs=previous_outputs)
         await execution.execute()
-        if execution.parked:
+        then = after_execution(parked=execution.parked, stalled=execution.stalled)
+        if then.action is Action.PARK:
             return await until_ended(wf, st, run_id, on_event=on_event, on_log=on_log,
                                      executors=executors, on_wait=on_wait)
-        if execution.stalled:
+        if then.action is Action.TAKE:
             # The database stalled for longer than a lease, so the work stopped. Unless
             # another executor took the run meanwhile, finish it here: it was accepted.
             resumed = await _resume_after_stall(wf, st, run_id, owner, lease, on_event=on_event,
@@ -150,20 +161,22 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
         if on_event is not None and told:  # waits that ended while nobody executed the run
             told = await _tell_ended(store, run_id, told, on_event)
         row = await store.run_row(run_id)
-        if row is None or row.status in FINISHED_RUN:
+        if row is None:
             return await store.get_run(run_id)
-        expired = row.status == RunStatus.RUNNING.value and (
-            row.lease_expires_at is None or row.lease_expires_at < utcnow())
-        if row.status == RunStatus.QUEUED.value or expired:
+        look = on_look(row.status, lease_expired=row.lease_expires_at is None
+                       or row.lease_expires_at < utcnow())
+        if look.action is Action.NOTHING:  # it ended
+            return await store.get_run(run_id)
+        if look.action is Action.TAKE:
             # Woken from its waits, or its executor since died (a server that took it):
             # taken here, unless someone else takes it first.
             owner = new_owner()
             if await store.claim_run(run_id, owner, lease_seconds()):
                 await execute_claimed(wf, store, run_id, owner, first_start=False,
-                                      woken=not expired, on_event=on_event, on_log=on_log,
-                                      executors=executors)
+                                      woken=look.event is Event.WOKEN, on_event=on_event,
+                                      on_log=on_log, executors=executors)
                 continue
-        if row.status == RunStatus.WAITING.value:
+        if look.action is Action.PARK:
             run = await store.get_run(run_id)
             waiting = [s for s in run.steps.values() if s.status == StepStatus.WAITING]
             names = frozenset(s.name for s in waiting)
@@ -198,11 +211,13 @@ async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str
     ours = {owner}  # every owner id this process has held the run under
     for _ in range(3 * (int(lease) + 10)):
         row = await store.run_row(run_id)
-        if row is None or row.status != RunStatus.RUNNING.value:
+        if row is None:
             return None
-        if row.lease_expires_at is not None and row.lease_expires_at > utcnow():
-            if row.lease_owner not in ours:
-                return None  # another executor took it: it finishes the run
+        look = on_stall_look(row.status, ours=row.lease_owner in ours, lease_expired=not (
+            row.lease_expires_at is not None and row.lease_expires_at > utcnow()))
+        if look.action is Action.NOTHING:  # ended, or another executor took it and ends it
+            return None
+        if look.action is Action.WATCH:
             await asyncio.sleep(1)  # ours, not expired yet by the records
             continue
         again = new_owner()

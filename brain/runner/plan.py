@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from brain.dsl.model import Condition, ForEachSpec, StepSpec, WorkflowSpec
 
 #: The most elements a ``for_each`` block takes (SPEC §12); the tracer checks literal lists.
 from brain.dsl.tracing import MAX_ITEMS
+from brain.results import base_name
 
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
@@ -45,20 +46,16 @@ def not_a_condition(condition: Condition, value: str) -> str:
             f"true or false (also 1/0, yes/no)")
 
 
+def _gate(block: str, index: int) -> str:
+    """What an instance's units wait for until it is admitted (never a step's name)."""
+    return f"{block} instance {index}"
+
+
 def element_text(item: Any) -> str:
     """A for_each element as ``{each.NAME}`` gives it: a string as it is, else compact JSON."""
     if isinstance(item, str):
         return item
     return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class Unit:
-    """What is scheduled: one step (``group`` is ``None``) or a ``for_each`` block."""
-
-    name: str
-    steps: tuple[str, ...]
-    group: ForEachSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +69,24 @@ class Scope:
     def name(self, step: str) -> str:
         """The name ``step`` has in this instance, if it is one of the block's steps."""
         return f"{step}[{self.index}]" if step in self.members else step
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What is scheduled: one step, or a ``for_each`` block, or one step of an instance.
+
+    A block (``group`` set, ``scope`` ``None``) is handed out twice: first to be
+    expanded (:meth:`Plan.expand`, then :meth:`Plan.grow` adds its instances'
+    steps as units of their own), then, once every instance ended, with
+    ``gathers`` set, to record each of its steps' list of outputs. A step of an
+    instance has ``scope`` set; its one step is named in the instance (``fetch[2]``).
+    """
+
+    name: str
+    steps: tuple[str, ...]
+    group: ForEachSpec | None = None
+    scope: Scope | None = None
+    gathers: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,12 +111,28 @@ class Expansion:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class _Block:
+    """A block that grew instances: how many, the steps of it skipped as a whole, and
+    where its instances are (each instance's units not ended yet; the next to admit)."""
+
+    unit: Unit
+    count: int
+    skipped: dict[str, str]
+    left: list[int]
+    next: int = 0
+    active: int = 0
+    gathered: bool = False
+
+
 class Plan:
     """What runs, what waits, and what is already known, for one execution of ``spec``.
 
     ``outputs`` holds the outputs of steps that succeeded (in an earlier try too):
     a unit whose steps all have one is done and never scheduled. ``skipped`` holds
-    the steps (and instances) that ended skipped in this execution.
+    the steps (and instances) that ended skipped in this execution. The plan grows
+    while it runs: a ``for_each`` block, once expanded, adds a unit per step of each
+    instance (:meth:`grow`), admitted ``max_parallel`` instances at a time.
     """
 
     def __init__(self, spec: WorkflowSpec, outputs: Mapping[str, str] | None = None) -> None:
@@ -126,13 +157,22 @@ class Plan:
         #: Units not started yet, with the units each still waits for.
         self.waiting: dict[str, set[str]] = {}
         self.dependants: dict[str, list[str]] = {unit: [] for unit in self.units}
+        self._ready: list[str] = []
+        self._gathers: list[Unit] = []
+        #: The blocks that grew instances, by unit name; and each instance unit's block.
+        self.blocks: dict[str, _Block] = {}
+        self._instance_of: dict[str, tuple[_Block, int]] = {}
         for unit, ups in needs.items():
-            if self.is_done(unit):
-                continue
-            self.waiting[unit] = {u for u in ups if not self.is_done(u)}
-            for up in ups:
-                self.dependants[up].append(unit)
-        self._ready = [u for u, deps in self.waiting.items() if not deps]
+            if not self.is_done(unit):
+                self._wait(unit, {u for u in ups if not self.is_done(u)}, ups)
+
+    def _wait(self, unit: str, deps: set[str], ups: Iterable[str]) -> None:
+        """``unit`` waits for ``deps`` (of ``ups``, what it would wait for if nothing ended)."""
+        self.waiting[unit] = deps
+        for up in ups:
+            self.dependants.setdefault(up, []).append(unit)
+        if not deps:
+            self._ready.append(unit)
 
     # --- scheduling ---
 
@@ -146,15 +186,34 @@ class Plan:
         for unit in taken:
             del self.waiting[unit.name]
         self._ready = []
+        taken.extend(self._gathers)
+        self._gathers = []
         return taken
 
-    def finish(self, unit: str) -> list[str]:
+    def finish(self, unit: str | Unit) -> list[str]:
         """``unit`` ended well (succeeded or skipped): the units that became ready by it.
 
-        They are handed out by the next :meth:`take_ready`.
+        They are handed out by the next :meth:`take_ready`. A block that grew instances
+        ends well once gathered: the end of its expansion releases nothing.
         """
+        if isinstance(unit, Unit):
+            if unit.group is not None and unit.scope is None and not unit.gathers \
+                    and unit.name in self.blocks:
+                return []
+            unit = unit.name
+        newly = self._release(unit)
+        owner = self._instance_of.get(unit)
+        if owner is not None:
+            block, index = owner
+            block.left[index] -= 1
+            if not block.left[index]:
+                block.active -= 1
+                newly.extend(self._admit(block))
+        return newly
+
+    def _release(self, unit: str) -> list[str]:
         newly = []
-        for child in self.dependants[unit]:
+        for child in self.dependants.get(unit, ()):
             deps = self.waiting.get(child)
             if deps is not None and unit in deps:
                 deps.discard(unit)
@@ -170,6 +229,64 @@ class Plan:
     def missing(self) -> list[str]:
         """Steps that neither succeeded nor were skipped (none, after a run that succeeded)."""
         return [n for n in self.specs if n not in self.outputs and n not in self.skipped]
+
+    # --- a plan that grows ---
+
+    def grow(self, unit: str, expansion: Expansion) -> None:
+        """A block expanded to ``expansion`` (its instance rows are stored): add a unit per
+        step of each instance, each waiting for the steps of its own instance it waits for
+        (call order, or siblings in ``parallel()``). Instances are admitted in item order,
+        at most ``max_parallel`` at once; an instance finished in an earlier try is done."""
+        block_unit = self.units[unit]
+        group = block_unit.group
+        assert group is not None
+        members = frozenset(group.steps)
+        count = len(expansion.items)
+        block = self.blocks[unit] = _Block(block_unit, count, dict(expansion.skipped), [0] * count)
+        for index, item in enumerate(expansion.items):
+            scope = Scope(index, element_text(item), members)
+            for member in group.steps:
+                name = scope.name(member)
+                self.units[name] = Unit(name, (name,), group, scope)
+                if name in self.outputs:
+                    continue
+                block.left[index] += 1
+                self._instance_of[name] = (block, index)
+                ups = {scope.name(u) for u in self.specs[member].upstream if u in members}
+                self.waiting[name] = {u for u in ups if u not in self.outputs} | {_gate(unit, index)}
+                for up in ups:
+                    self.dependants.setdefault(up, []).append(name)
+                self.dependants.setdefault(_gate(unit, index), []).append(name)
+        self._admit(block)
+
+    def _admit(self, block: _Block) -> list[str]:
+        """Admit the block's next instances while fewer than ``max_parallel`` run; gather
+        the block once every instance ended."""
+        group = block.unit.group
+        assert group is not None
+        newly: list[str] = []
+        while block.next < block.count and block.active < group.max_parallel:
+            index = block.next
+            block.next += 1
+            if block.left[index]:  # (one finished in an earlier try takes no room)
+                block.active += 1
+                newly.extend(self._release(_gate(block.unit.name, index)))
+        if block.next == block.count and not block.active and not block.gathered:
+            block.gathered = True
+            self._gathers.append(replace(block.unit, gathers=True))
+        return newly
+
+    def instance_spec(self, unit: Unit) -> StepSpec:
+        """The spec a step of an instance runs as: the block's step, named in the instance."""
+        assert unit.scope is not None
+        base = base_name(unit.name)
+        return self.specs[base].model_copy(update={"name": unit.name,
+                                                   "instance": unit.scope.index})
+
+    def running_instances(self, unit: str) -> int:
+        """How many instances of the block ``unit`` are admitted and not ended."""
+        block = self.blocks.get(unit)
+        return 0 if block is None else block.active
 
     # --- what is known ---
 

@@ -202,6 +202,7 @@ class RunTaker:
     async def _execute(self, run_id: str, first_start: bool, woken: bool) -> None:
         """Execute one claimed run with its workflow as loaded now, logging its start and end."""
         from brain.runner import execute_claimed
+        from brain.runner.lifecycle import event_of
 
         row = await self.store.run_row(run_id)
         workflows = self.workflows()
@@ -211,8 +212,8 @@ class RunTaker:
         fields = {"run_id": run_id, "workflow": wf.name}
         if first_start:
             self.metrics.runs_started.labels(wf.name).inc()
-        how = "started" if first_start else "continued" if woken else "resumed"
-        run_log.info("run %s of %s %s", run_id, wf.name, how, extra=fields)
+        how = event_of(first_start=first_start, woken=woken)  # (a retry's first start too)
+        run_log.info("run %s of %s %s", run_id, wf.name, how.value, extra=fields)
         t0 = time.monotonic()
         result = await execute_claimed(
             wf, self.store, run_id, self.owner, first_start=first_start, woken=woken, row=row,

@@ -459,10 +459,6 @@ def test_misuse_is_a_definition_error() -> None:
         with for_each([1], name="n"):
             shell("a", argv=["echo", "{each.item}"])
 
-    def parallel_inside() -> None:
-        with for_each([1]), parallel():
-            shell("a", argv=["echo"])
-
     def condition_on_a_list_after_the_block() -> None:
         with for_each([1]):
             flag = says("true")
@@ -484,7 +480,6 @@ def test_misuse_is_a_definition_error() -> None:
     _refused(nested, "cannot be nested")
     _refused(each_outside, r"\{each.item\} is used outside")
     _refused(wrong_each_name, r"this block's element is \{each.n\}")
-    _refused(parallel_inside, "parallel\\(\\) cannot be used inside a for_each")
     _refused(condition_on_a_list_after_the_block, "after the block its output is a list")
     _refused(bad_max_parallel, "max_parallel= must be a whole number >= 1")
 

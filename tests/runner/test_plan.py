@@ -192,3 +192,149 @@ def test_any_dag_runs_each_step_once_and_only_after_its_inputs(
     assert sorted(started) == sorted(s.name for s in spec.steps if s.name not in done)
     assert len(started) == len(set(started))
     assert plan.unstarted() == [] and plan.missing() == []
+
+
+# --- a plan that grows: for_each instances are units of the one scheduler ---------------
+
+
+def _grow_plan(members: dict[str, tuple[str, ...]], items: list[object], max_parallel: int,
+               outputs: dict[str, str] | None = None) -> Plan:
+    """``members``: the block's steps, each with the steps of the block it waits for."""
+    block = ForEachSpec(index=0, items=items, max_parallel=max_parallel, steps=tuple(members))
+    steps = [_step("src", 0)]
+    steps += [_step(m, i + 1, "src", *ups, group=0) for i, (m, ups) in enumerate(members.items())]
+    steps.append(_step("after", len(steps), *members))
+    return Plan(_spec(*steps, groups=(block,)), outputs={"src": "x", **(outputs or {})})
+
+
+def _expand(plan: Plan) -> None:
+    (unit,) = plan.take_ready()
+    assert unit.group is not None and unit.scope is None and not unit.gathers
+    expansion = plan.expand(unit.group)
+    assert isinstance(expansion, Expansion)
+    plan.grow(unit.name, expansion)
+    assert plan.finish(unit) == []  # the block ends well only once gathered
+
+
+def test_a_block_grows_a_unit_per_instance_step_with_parallel_siblings() -> None:
+    # a; parallel(b, c); d -- inside the block
+    plan = _grow_plan({"a": (), "b": ("a",), "c": ("a",), "d": ("b", "c")}, ["x", "y"], 4)
+    _expand(plan)
+    assert _names(plan.take_ready()) == ["a[0]", "a[1]"]
+    assert plan.finish("a[1]") == ["b[1]", "c[1]"]
+    (b1, c1) = plan.take_ready()
+    assert c1.name == "c[1]" and c1.scope == b1.scope
+    assert b1.scope is not None and b1.scope.element == "y" and b1.steps == ("b[1]",)
+    assert plan.instance_spec(b1).name == "b[1]" and plan.instance_spec(b1).instance == 1
+    assert plan.finish("b[1]") == [] and plan.finish("c[1]") == ["d[1]"]
+    assert "d[0]" in plan.unstarted() and "after" in plan.unstarted()
+    for name in ("a[0]", "b[0]", "c[0]", "d[0]", "d[1]"):
+        plan.take_ready()
+        plan.finish(name)
+    (gather,) = plan.take_ready()
+    assert gather.gathers and gather.name == "a"
+    assert plan.finish(gather) == ["after"]
+
+
+def test_max_parallel_admits_instances_in_item_order() -> None:
+    plan = _grow_plan({"a": (), "b": ("a",)}, [1, 2, 3, 4], 2)
+    _expand(plan)
+    assert _names(plan.take_ready()) == ["a[0]", "a[1]"]
+    assert plan.running_instances("a") == 2
+    assert plan.finish("a[0]") == ["b[0]"]  # instance 0 is not over: 2 stays out
+    assert _names(plan.take_ready()) == ["b[0]"]
+    assert plan.finish("b[0]") == ["a[2]"]
+    # (what was never handed out: the end of a run that stops now says so of each)
+    assert set(plan.unstarted()) == {"a[2]", "b[1]", "b[2]", "a[3]", "b[3]", "after"}
+
+
+def test_instances_finished_in_an_earlier_try_are_done_and_take_no_room() -> None:
+    done = {"a[0]": "A0", "b[0]": "B0", "a[1]": "A1", "a[2]": "A2", "b[2]": "B2"}
+    plan = _grow_plan({"a": (), "b": ("a",)}, [1, 2, 3, 4], 1, outputs=done)
+    _expand(plan)
+    assert _names(plan.take_ready()) == ["b[1]"]  # 0 and 2 are over; 1 goes on where it was
+    assert plan.finish("b[1]") == ["a[3]"]
+    plan.take_ready()
+    plan.finish("a[3]")
+    plan.take_ready()
+    plan.finish("b[3]")
+    (gather,) = plan.take_ready()
+    assert gather.gathers
+    assert plan.block_output("b", 4) == '["B0",null,"B2",null]'  # (b[1], b[3] not run here)
+
+
+def test_an_empty_block_gathers_at_once() -> None:
+    plan = _grow_plan({"a": ()}, [], 3)
+    _expand(plan)
+    (gather,) = plan.take_ready()
+    assert gather.gathers and plan.finish(gather) == ["after"]
+
+
+@st.composite
+def _blocks(draw: st.DrawFn) -> tuple[dict[str, tuple[str, ...]], list[int], int,
+                                      dict[str, str], int]:
+    """A block of 1-5 steps, each waiting for some earlier ones of the block (call order,
+    siblings of a parallel(), fan-in), 0-6 items, max_parallel 1-3, and what an earlier
+    try finished of its instances (closed upward in each instance)."""
+    count = draw(st.integers(1, 5))
+    members: dict[str, tuple[str, ...]] = {}
+    for i in range(count):
+        ups = draw(st.sets(st.integers(0, i - 1), max_size=3)) if i else set()
+        members[f"m{i}"] = tuple(f"m{u}" for u in sorted(ups))
+    items = list(range(draw(st.integers(0, 6))))
+    done: dict[str, str] = {}
+    for index in items:
+        for name, ups in members.items():
+            if all(f"{u}[{index}]" in done for u in ups) and draw(st.booleans()):
+                done[f"{name}[{index}]"] = "x"
+    return members, items, draw(st.integers(1, 3)), done, draw(st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_blocks())
+def test_any_block_with_parallel_steps_runs_each_instance_step_once_in_order(
+        case: tuple[dict[str, tuple[str, ...]], list[int], int, dict[str, str], int]) -> None:
+    members, items, max_parallel, done, seed = case
+    shuffle = random.Random(seed)
+    plan = _grow_plan(members, items, max_parallel, outputs=done)
+    finished = {"src", *done}
+    left = {i: {f"{m}[{i}]" for m in members} - set(done) for i in items}
+    open_instances: set[int] = set()
+    started: list[str] = []
+    running = plan.take_ready()
+    while running:
+        for unit in running:
+            if unit.scope is not None:
+                open_instances.add(unit.scope.index)
+        assert len(open_instances) <= max_parallel, open_instances
+        shuffle.shuffle(running)
+        unit = running.pop()
+        if unit.scope is not None:
+            index = unit.scope.index
+            ups = members[unit.name.split("[")[0]]
+            assert all(f"{u}[{index}]" in finished for u in ups), (unit.name, finished)
+            started.append(unit.name)
+            plan.succeeded(unit.name, "x")
+            finished.add(unit.name)
+            left[index].discard(unit.name)
+            if not left[index]:
+                open_instances.discard(index)
+        elif unit.gathers:
+            assert all(not names for names in left.values())
+            for member in members:
+                plan.succeeded(member, plan.block_output(member, len(items)))
+                finished.add(member)
+        elif unit.group is not None:
+            expansion = plan.expand(unit.group)
+            assert isinstance(expansion, Expansion)
+            plan.grow(unit.name, expansion)
+        else:
+            assert unit.name == "after" and all(m in finished for m in members)
+            started.append(unit.name)
+            plan.succeeded(unit.name, "x")
+        plan.finish(unit)
+        running.extend(plan.take_ready())
+    expected = {f"{m}[{i}]" for i in items for m in members} - set(done)
+    assert sorted(started) == sorted([*expected, "after"])
+    assert len(started) == len(set(started))
+    assert plan.unstarted() == [] and plan.missing() == []
