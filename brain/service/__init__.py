@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
 from brain.results import FINISHED_RUN, RunResult, TriggerData
-from brain.runner.queueing import enqueue, env_int, new_run, serve_here, stop_serving
+from brain.runner.queueing import enqueue, new_run
 from brain.service.hooks import Hook, hook_routes
 from brain.service.taking import RunTaker
 from brain.service.triggering import Triggers
 
 if TYPE_CHECKING:
+    from brain.runner.observe import RunObserver
     from brain.runner.workflows import RunnableWorkflow
     from brain.store import Store
     from brain.workflow import Workflow
@@ -41,14 +42,21 @@ class BrainService:
                  execute: bool = True, triggers: bool = True, kind: str = "serve") -> None:
         from brain.metrics import Metrics
         from brain.runner import new_owner
-        from brain.runner.queueing import queue_limit
+        from brain.runner.context import RunContext
+        from brain.runner.observe import RunLog
         from brain.store import Store
 
         self.workflows: dict[str, Workflow] = dict(workflows)
         self.hooks = hook_routes(self.workflows)
         self.store = store or Store()
-        self.concurrency = concurrency or env_int("BRAIN_CONCURRENCY", 4)
-        self.max_queued = max_queued or queue_limit()
+        #: What this service's runs execute with: the settings, read from the environment
+        #: once, now; the observers (metrics, the run log lines, and what :meth:`observe`
+        #: adds); the local queues ``wf.enqueue()`` looks in.
+        self.metrics = Metrics()
+        self.context = RunContext.from_environment(observers=[self.metrics, RunLog()],
+                                                   store=self.store)
+        self.concurrency = concurrency or self.context.settings.concurrency
+        self.max_queued = max_queued or self.context.settings.max_queued_runs
         self.execute = execute
         self.triggers = triggers
         self.owner = new_owner()
@@ -56,19 +64,21 @@ class BrainService:
         #: ``serve`` or ``worker``: how ``brain workers`` shows this process.
         self.kind = kind
         self.started_at = utcnow()
-        #: What ``GET /metrics`` shows of this service's work.
-        self.metrics = Metrics()
         #: The background tasks: takers, scans, heartbeat, schedules, fire retries.
         self._tasks: list[asyncio.Task[Any]] = []
         self.taker = RunTaker(self.store, self.owner, self._loaded, concurrency=self.concurrency,
                               metrics=self.metrics, kind=kind, started_at=self.started_at,
-                              tasks=self._tasks)
+                              tasks=self._tasks, context=self.context)
         self.firing = Triggers(self.store, self._loaded, self.enqueue, self.metrics, self._tasks)
         self._stopped: asyncio.Future[None] | None = None
         self._hurry = asyncio.Event()
 
     def _loaded(self) -> Mapping[str, Workflow]:
         return self.workflows
+
+    def observe(self, observer: RunObserver) -> None:
+        """Tell ``observer`` of every run this service executes, from now on."""
+        self.context.observers.add(observer)
 
     # --- life cycle ------------------------------------------------------------
 
@@ -99,7 +109,7 @@ class BrainService:
             if hook.secret is None:
                 log.warning("webhook /hooks/%s of %s accepts nothing: %s is not set", path,
                             hook.workflow.name, hook.trigger.secret_env)
-        serve_here(self)  # wf.enqueue() in this process comes to this queue
+        self.context.queues.add(self)  # wf.enqueue() in this process comes to this queue
         if self.execute:
             await self.taker.start()
         if self.triggers:
@@ -123,7 +133,7 @@ class BrainService:
         await asyncio.shield(self._stopped)
 
     async def _stop(self, grace_seconds: float) -> None:
-        stop_serving(self)
+        self.context.queues.remove(self)
         self.firing.stop()
         left = await self.taker.wait_running(grace_seconds, self._hurry)
         for task in [*self._tasks, *self.taker.running.values()]:
