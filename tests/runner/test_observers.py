@@ -239,3 +239,46 @@ def test_api_events_get_a_local_runs_changes_without_a_look(db_url: str) -> None
     for name in ("first", "second"):
         assert order.index(("step", name, "running")) < order.index(("log", name, None)) \
             < order.index(("step", name, "succeeded"))
+
+
+def test_looks_beside_pushes_never_announce_an_older_state(db_url: str) -> None:
+    """Looks every 20 ms beside the changes told at once: each step is announced
+    ``running`` then ``succeeded`` once each (a look may add ``pending`` before, never
+    anything after), and the run ends the stream of its own changes."""
+
+    @workflow(name="raced")
+    def raced() -> None:
+        for i in range(4):
+            shell(f"s{i}", command=f"sleep 0.{i}; echo {i}")
+
+    async def go() -> list[tuple[str, dict[str, Any]]]:
+        service = BrainService({"raced": raced}, store=Store(db_url), triggers=False,
+                               concurrency=1)
+        watcher = ChangeWatcher(service.store, look_seconds=0.02)
+        service.observe(watcher)
+        await service.start()
+        got: list[tuple[str, dict[str, Any]]] = []
+        try:
+            async with watcher.listen(workflow="raced") as listener:
+                await raced.enqueue(body="x")
+                while not (got and got[-1][0] == "run" and got[-1][1]["status"] == "succeeded"):
+                    item = await asyncio.wait_for(listener.queue.get(), 60)
+                    assert item is not None
+                    got.append(item)
+                # Looks go on a while after the end: none announces anything more.
+                looks = watcher.looks
+                while watcher.looks < looks + 5:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+                assert listener.queue.empty(), listener.queue.get_nowait()
+                return got
+        finally:
+            await watcher.close()
+            await service.stop()
+
+    got = asyncio.run(go())
+    for i in range(4):
+        statuses = [d["status"] for e, d in got if e == "step" and d["name"] == f"s{i}"]
+        assert statuses in (["running", "succeeded"], ["pending", "running", "succeeded"]), \
+            (i, statuses)
+    runs = [d["status"] for e, d in got if e == "run"]
+    assert runs[-2:] == ["running", "succeeded"] and runs.count("succeeded") == 1, runs
