@@ -1,8 +1,10 @@
 """What ``GET /metrics`` exposes (SPEC §14), in the Prometheus text format.
 
 One :class:`Metrics` per service, each with a registry of its own (two servers in
-one process, as in tests, never share counts). The service records runs, steps
-and schedule fires as it executes them; the server records webhook deliveries;
+one process, as in tests, never share counts). It observes the runs the service
+executes (a :class:`~brain.runner.observe.RunObserver`: runs started and ended,
+steps' durations, LLM tokens); the service records schedule fires and the runs
+executing now; the server records webhook deliveries;
 queue depth is read from the database when scraped. Counts are this process's:
 with several ``brain worker`` processes, scrape each (or sum them).
 """
@@ -10,10 +12,17 @@ with several ``brain worker`` processes, scrape each (or sum them).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from brain.dsl.model import WAIT_KINDS
+from brain.results import FINISHED_RUN
+from brain.runner.observe import RunObserver
+
+if TYPE_CHECKING:
+    from brain.results import RunResult
+    from brain.runner.events import RunEvent, StepEvent
 
 #: Webhook delivery outcomes, as counted.
 DELIVERY_OUTCOMES = ("accepted", "duplicate", "refused", "too_large", "throttled")
@@ -21,8 +30,8 @@ DELIVERY_OUTCOMES = ("accepted", "duplicate", "refused", "too_large", "throttled
 TOKEN_KINDS = ("prompt", "completion")
 
 
-class Metrics:
-    """The metric families of one service."""
+class Metrics(RunObserver):
+    """The metric families of one service, fed by observing its runs."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -50,6 +59,24 @@ class Metrics:
         self.llm_tokens = Counter("brain_llm_tokens", "Tokens LLM steps spent (SPEC §18), by "
                                   "workflow, model and kind: prompt or completion",
                                   ["workflow", "model", "kind"], registry=r)
+
+    def run_started(self, run: RunEvent) -> None:
+        """A run's first execution counts as started (a resume or a wake does not)."""
+        if run.how == "started":
+            self.runs_started.labels(run.workflow).inc()
+
+    def run_ended(self, run: RunEvent, result: RunResult, seconds: float) -> None:
+        """A run that finished counts as ended, by status (one that waits does not yet)."""
+        if result.status in FINISHED_RUN:
+            self.runs_ended.labels(run.workflow, str(result.status)).inc()
+
+    def step_ended(self, event: StepEvent) -> None:
+        """A step's duration, by kind and final status, and the tokens an LLM step spent
+        (whatever its end: every try's tokens count)."""
+        if event.status in ("succeeded", "failed") and event.seconds is not None:
+            self.step_seconds.labels(event.kind, event.status).observe(event.seconds)
+        if event.usage:
+            self.count_tokens(event.workflow, event.model, event.usage)
 
     def count_tokens(self, workflow: str, model: str | None,
                      usage: Mapping[str, int] | None) -> None:

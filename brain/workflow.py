@@ -22,6 +22,7 @@ from brain.results import RunResult, TriggerData
 if TYPE_CHECKING:
     from brain.runner.events import EventHandler, LogHandler
     from brain.runner.now import WaitHandler
+    from brain.runner.observe import RunObserver
     from brain.store.base import RunStore
 
 
@@ -60,7 +61,8 @@ class Workflow:
 
     async def arun(self, trigger: object = None, *, store: RunStore | str | None = None,
                    on_event: EventHandler | None = None, on_log: LogHandler | None = None,
-                   on_wait: WaitHandler | None = None) -> RunResult:
+                   on_wait: WaitHandler | None = None,
+                   observers: Sequence[RunObserver] = ()) -> RunResult:
         """Run now and wait for the result (async form of calling the workflow).
 
         The run is recorded in ``store`` (a :class:`brain.store.Store` or a
@@ -68,11 +70,16 @@ class Workflow:
         step's change of status, ``on_log`` of new lines of steps' logs. A run whose
         steps wait (``sleep``, ``approval``, ``wait_for``) is waited for here until it
         ends; ``on_wait`` is told what it waits for (by default, a log line).
+        ``observers`` (:class:`brain.runner.observe.RunObserver`) are told of the run's
+        start and end and of every step's events. Settings (``BRAIN_LEASE_SECONDS``,
+        ``LLM_MODEL``...) are read from the environment now, once, for this run.
         """
         from brain.runner import run_workflow_now
+        from brain.runner.context import RunContext
 
+        context = RunContext.from_environment(observers=observers)
         return await run_workflow_now(self, trigger, store=store, on_event=on_event,
-                                      on_log=on_log, on_wait=on_wait)
+                                      on_log=on_log, on_wait=on_wait, context=context)
 
     async def enqueue(self, body: object = None, *, headers: dict[str, str] | None = None) -> str:
         """Queue a run for the executors and return its id (committed before this returns).
@@ -105,8 +112,10 @@ class Workflow:
 
     def run(self, trigger: object = None, *, store: RunStore | str | None = None,
             on_event: EventHandler | None = None, on_log: LogHandler | None = None,
-            on_wait: WaitHandler | None = None) -> RunResult:
-        """Run now and return the :class:`RunResult`; works inside a running event loop too."""
+            on_wait: WaitHandler | None = None,
+            observers: Sequence[RunObserver] = ()) -> RunResult:
+        """Run now and return the :class:`RunResult`; works inside a running event loop too
+        (see :meth:`arun`)."""
         if current_tracer() is not None:
             raise WorkflowDefinitionError(
                 f"workflow {self.name!r} was called while tracing another workflow: "
@@ -114,7 +123,7 @@ class Workflow:
         from brain._sync import run_sync
 
         return run_sync(self.arun(trigger, store=store, on_event=on_event, on_log=on_log,
-                                  on_wait=on_wait),
+                                  on_wait=on_wait, observers=observers),
                         thread_name=f"brain-run-{self.name}")
 
     __call__ = run

@@ -35,6 +35,23 @@ class ProcessGroup:
 
 
 @dataclass(frozen=True)
+class LlmDefaults:
+    """What an ``llm()`` step that does not say otherwise uses (``LLM_MODEL``,
+    ``LLM_BASE_URL``, ``LLM_API_KEY``), read once where a run or a service starts."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> LlmDefaults:
+        """Read them from ``environ`` (the process's environment by default); empty is unset."""
+        env = os.environ if environ is None else environ
+        return cls(env.get("LLM_MODEL") or None, env.get("LLM_BASE_URL") or None,
+                   env.get("LLM_API_KEY") or None)
+
+
+@dataclass(frozen=True)
 class StepContext:
     """What an executor may know about the run around it."""
 

@@ -2,13 +2,13 @@
 
 LM Studio, Ollama, vLLM, llama.cpp's server and OpenAI all speak this wire
 format. Fields left ``None`` fall back to ``LLM_BASE_URL``, ``LLM_API_KEY`` and
-``LLM_MODEL``, read when the step starts. httpx is imported only here, when a
+``LLM_MODEL``, read where the run (or the serving process) starts
+(:class:`~brain.executors.base.LlmDefaults`). httpx is imported only here, when a
 workflow has an LLM step.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ from brain._secrets import MIN_SECRET_LENGTH, remember, scrub
 from brain.dsl.model import LlmStepSpec, SecretRef
 from brain.executors.base import (
     REDACTED,
+    LlmDefaults,
     PreparedStep,
     Resolve,
     StepContext,
@@ -145,18 +146,20 @@ class LlmExecutor:
 
     kind = "llm"
 
-    def __init__(self) -> None:
+    def __init__(self, defaults: LlmDefaults | None = None) -> None:
+        #: ``LLM_MODEL``, ``LLM_BASE_URL``, ``LLM_API_KEY`` (read now when not given).
+        self.defaults = defaults or LlmDefaults.from_environment()
         self._client: httpx.AsyncClient | None = None
         #: Endpoints that refused ``response_format`` of type ``json_schema`` in this run.
         self._json_object_urls: set[str] = set()
 
     def prepare(self, spec: LlmStepSpec, resolve: Resolve, *, mocked: bool = False) -> PreparedStep:
         """Resolve prompt and system; apply the environment fallbacks; build the request."""
-        model = spec.model or os.environ.get("LLM_MODEL") or None
+        model = spec.model or self.defaults.model
         if not model and not mocked:
             raise StepFailed("no model given: set model= on the llm() step or LLM_MODEL in the "
                              "environment", retryable=False)
-        base = spec.provider_url or os.environ.get("LLM_BASE_URL") or DEFAULT_BASE_URL
+        base = spec.provider_url or self.defaults.base_url or DEFAULT_BASE_URL
         if not base.startswith(("http://", "https://")):
             raise StepFailed(f"LLM_BASE_URL must start with http:// or https://, like "
                              f"{DEFAULT_BASE_URL!r} (got {shown_endpoint(base)!r})", retryable=False)
@@ -168,7 +171,7 @@ class LlmExecutor:
         elif isinstance(spec.api_key, SecretStr):
             key = spec.api_key.get_secret_value()
         else:
-            key = os.environ.get("LLM_API_KEY") or None
+            key = self.defaults.api_key
         if key:
             if len(key) < MIN_SECRET_LENGTH and not mocked:
                 raise StepFailed(f"the API key is shorter than {MIN_SECRET_LENGTH} characters: too "

@@ -154,7 +154,7 @@ class StepRunner:
             self.recorder.run_id, name, inputs=inputs, tries=tries, started_at=started,
             waiting_for=request.shown or {"kind": request.kind}, signal=request.signal,
             key=request.key, timer=timer, owner=self.recorder.owner)
-        self.recorder.emit(name, StepStatus.WAITING.value, tries)
+        self.recorder.waiting(name, tries, request)
         return await self._awaited(name)
 
     async def _awaited(self, name: str) -> Outcome:

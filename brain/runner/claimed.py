@@ -11,17 +11,17 @@ reset and it executes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from brain._clock import utcnow
-from brain._errors import LeaseLost, StoreError
+from brain._errors import LeaseLost
 from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import RunResult, RunStatus, StepStatus
+from brain.runner.context import RunContext, context_for, env_lease_seconds
 from brain.runner.engine import RunExecution
-from brain.runner.events import EventHandler, LogHandler
+from brain.runner.events import EventHandler, LogHandler, RunEvent
 from brain.runner.lifecycle import (
     Action,
     Decision,
@@ -35,6 +35,7 @@ from brain.runner.lifecycle import (
     on_taken,
     restamp_refused,
 )
+from brain.runner.observe import announce_start
 from brain.runner.queueing import failure_runs
 from brain.runner.waiting import WaitsFound
 from brain.runner.workflows import RunnableWorkflow
@@ -42,20 +43,17 @@ from brain.store.base import RunRecord, RunStore
 
 
 def lease_seconds() -> float:
-    """How long a lease lasts without a heartbeat (``BRAIN_LEASE_SECONDS``, default 30)."""
-    raw = os.environ.get("BRAIN_LEASE_SECONDS", "30")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise StoreError(f"BRAIN_LEASE_SECONDS must be a number of seconds, not {raw!r}") from None
-    return max(value, 1.0)
+    """How long a lease lasts without a heartbeat (``BRAIN_LEASE_SECONDS``, default 30), read
+    now (a run has it in its context's settings)."""
+    return env_lease_seconds()
 
 
 async def execute_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *, owner: str | None = None,
                       on_event: EventHandler | None = None,
                       executors: Mapping[str, Executor] | None = None,
                       abandon_on_cancel: Callable[[], bool] | None = None,
-                      loaded: Mapping[str, RunnableWorkflow] | None = None) -> RunResult | None:
+                      loaded: Mapping[str, RunnableWorkflow] | None = None,
+                      context: RunContext | None = None) -> RunResult | None:
     """Claim a queued run, or a running one whose lease expired, and execute it.
 
     Steps that already succeeded keep their stored outputs; every other step
@@ -64,12 +62,13 @@ async def execute_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *, own
     when the run could not be claimed (another executor has it, or it ended).
     """
     owner = owner or new_owner()
+    context = context_for(context, on_event)
     before = await store.run_row(run_id)
-    if before is None or not await store.claim_run(run_id, owner, lease_seconds()):
+    if before is None or not await store.claim_run(run_id, owner, context.settings.lease_seconds):
         return None
     return await execute_claimed(wf, store, run_id, owner, first_start=before.started_at is None,
-                                 on_event=on_event, executors=executors,
-                                 abandon_on_cancel=abandon_on_cancel, loaded=loaded)
+                                 executors=executors, abandon_on_cancel=abandon_on_cancel,
+                                 loaded=loaded, context=context)
 
 
 async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str, *,
@@ -79,7 +78,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                           executors: Mapping[str, Executor] | None = None,
                           abandon_on_cancel: Callable[[], bool] | None = None,
                           loaded: Mapping[str, RunnableWorkflow] | None = None,
-                          row: RunRecord | None = None) -> RunResult:
+                          row: RunRecord | None = None,
+                          context: RunContext | None = None) -> RunResult:
     """Execute a run this ``owner`` has just claimed (see :func:`execute_run`).
 
     ``first_start``: the run was queued until now, so ``{previous.X}`` is
@@ -89,12 +89,31 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     it has them). ``woken``: the run was let go of with every step left waiting, and taken
     again from the queue once a wait ended (no process of it can be left running).
     ``row``: the run's record, when the caller read it after the claim (it is read here
-    otherwise).
+    otherwise). ``context``: the settings and observers of the run (``on_event`` and
+    ``on_log`` are told too): they are told of the execution's start and end
+    (``started``, ``resumed`` or ``continued``) and of everything between.
     """
-    lease = lease_seconds()
+    context = context_for(context, on_event, on_log)
     row = row or await store.run_row(run_id)
     assert row is not None
     event = event_of(first_start=first_start, woken=woken, retry_of=row.retry_of)
+    how = "started" if first_start else "continued" if woken else "resumed"
+    ended = announce_start(context.observers, RunEvent(run_id, wf.name, how, row.trigger.event,
+                                                       row.retry_of))
+    result = await _execute_claimed(wf, store, row, owner, event, executors=executors,
+                                    abandon_on_cancel=abandon_on_cancel, loaded=loaded,
+                                    context=context)
+    ended(result)
+    return result
+
+
+async def _execute_claimed(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
+                           event: Event, *, executors: Mapping[str, Executor] | None,
+                           abandon_on_cancel: Callable[[], bool] | None,
+                           loaded: Mapping[str, RunnableWorkflow] | None,
+                           context: RunContext) -> RunResult:
+    run_id = row.id
+    lease = context.settings.lease_seconds
     try:
         decision, run, waits = await _decide(wf, store, row, owner, event)
         if decision.end_leftovers:
@@ -117,9 +136,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                              previous_run_id=previous, lease_seconds=lease,
                              outputs=await store.step_outputs(run_id),
                              tries={n: s.tries for n, s in run.steps.items()},
-                             executors=executors, on_event=on_event, on_log=on_log,
-                             abandon_on_cancel=abandon_on_cancel, loaded=loaded,
-                             waits=waits)
+                             executors=executors, abandon_on_cancel=abandon_on_cancel,
+                             loaded=loaded, waits=waits, context=context)
     await execution.execute()
     return await store.get_run(run_id)
 
@@ -192,7 +210,8 @@ async def _prepare(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner:
 
 
 async def resume_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
-                     on_event: EventHandler | None = None) -> RunResult | None:
+                     on_event: EventHandler | None = None,
+                     context: RunContext | None = None) -> RunResult | None:
     """Resume a run whose executor died (its lease expired); see :func:`execute_run`.
 
     Returns ``None`` when the run is finished or still held by a live lease.
@@ -200,7 +219,7 @@ async def resume_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
     run = await store.get_run(run_id, with_steps=False)
     if not may_resume(run.status):
         return None
-    return await execute_run(wf, store, run.run_id, on_event=on_event)
+    return await execute_run(wf, store, run.run_id, on_event=on_event, context=context)
 
 
 async def cancel_run(store: RunStore, run_id: str) -> tuple[RunResult, bool]:

@@ -25,6 +25,7 @@ from brain.executors import Executor, StepContext, default_executors
 from brain.results import RunStatus, TriggerData
 from brain.runner.attempt import StepRunner
 from brain.runner.blocks import expand_block, gather_block, run_instance_step
+from brain.runner.context import RunContext, context_for
 from brain.runner.ending import end_of, write_end
 from brain.runner.events import EventHandler, LogHandler
 from brain.runner.lease import Lease
@@ -34,7 +35,7 @@ from brain.runner.record import Outcome, Recorder
 from brain.runner.texts import internal_error
 from brain.runner.values import Values
 from brain.runner.waiting import LOOK_SECONDS, WaitRoom, WaitsFound
-from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
+from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import RunStore
 
 _Running = dict[asyncio.Task[Outcome], Unit]
@@ -47,7 +48,8 @@ class RunExecution:
     ``loaded``: the workflows as the serving process has them now (failure handlers are
     queued as it has them); ``abandon_on_cancel``: when this says so at cancel time (a
     server shutting down), the run is left ``running`` for the next executor to resume,
-    instead of being recorded cancelled.
+    instead of being recorded cancelled. ``context``: the settings and observers of the run
+    (``on_event``/``on_log`` are told too).
     """
 
     def __init__(self, wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str, *,
@@ -58,7 +60,8 @@ class RunExecution:
                  previous_outputs: dict[str, str] | None = None,
                  abandon_on_cancel: Callable[[], bool] | None = None,
                  loaded: Mapping[str, RunnableWorkflow] | None = None,
-                 waits: WaitsFound | None = None) -> None:
+                 waits: WaitsFound | None = None, context: RunContext | None = None) -> None:
+        self.context = context_for(context, on_event, on_log)
         self.wf = wf
         self.store = store
         self.run_id = run_id
@@ -66,15 +69,15 @@ class RunExecution:
         self.previous_run_id = previous_run_id
         self.abandon_on_cancel = abandon_on_cancel
         self.loaded = loaded
-        self.executors = executors or default_executors()
+        self.executors = executors or default_executors(self.context.settings.llm)
         self.plan = Plan(wf.spec, outputs)
         self.values = Values(trigger, self.plan.outputs,
                              None if previous_outputs is None else dict(previous_outputs))
         self.lease = Lease(store, run_id, owner, lease_seconds)
         self.recorder = Recorder(store, run_id, owner, {s.name: s.kind for s in wf.spec.steps},
-                                 on_event, on_log)
-        ctx = StepContext(workflow_dir=wf.source_dir, protected_env=remember_known_secrets(wf),
-                          run_id=run_id)
+                                 self.context.observers, workflow=wf.name)
+        ctx = StepContext(workflow_dir=wf.source_dir,
+                          protected_env=self.context.secrets.protect(wf), run_id=run_id)
         make_undumpable()
         self.waits = waits or WaitsFound()
         self.room = WaitRoom(store, run_id, self.waits.wakes)

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from brain.executors.steplog import StepLog
 from brain.results import LogBatch
-from brain.runner.events import LogEvent, LogHandler
+from brain.runner.events import LogEvent, ProgressEvent
 
 if TYPE_CHECKING:
+    from brain.runner.observe import RunObserver
     from brain.store.base import RunStore
 
 log = logging.getLogger("brain.runner")
@@ -31,28 +32,36 @@ class LogWriter:
     """Stores one step's :class:`StepLog` as it grows (see the module)."""
 
     def __init__(self, store: RunStore, run_id: str, step: str, owner: str, *,
-                 prior_tries: int, on_log: LogHandler | None,
-                 closing: set[asyncio.Future[None]]) -> None:
+                 prior_tries: int, observer: RunObserver | None,
+                 closing: set[asyncio.Future[None]], workflow: str = "") -> None:
         self.store = store
         #: Where a close's final write is kept until it is done (the run's end waits for it).
         self._closing = closing
         self.run_id = run_id
         self.step = step
         self.owner = owner
-        self.on_log = on_log
+        self.workflow = workflow
+        self.observer = observer
         self.log = StepLog(first_seq=(prior_tries << SEQ_SHIFT) + 1)
         #: The flusher's write in progress with this step's lines, if any.
         self.writing: asyncio.Future[None] | None = None
         self.closed = False
 
     def tell(self, batch: LogBatch) -> None:
-        """Tell ``on_log`` of the batch's new lines."""
-        if self.on_log is not None and batch.lines:
-            with contextlib.suppress(Exception):
-                self.on_log(LogEvent(self.run_id, self.step, batch.lines))
+        """Tell the observer of the batch's new lines (and of the step's progress, if it
+        reported some since)."""
+        if self.observer is None:
+            return
+        with contextlib.suppress(Exception):  # (an Observers fan-out never raises)
+            if batch.lines:
+                self.observer.step_log(LogEvent(self.run_id, self.step, batch.lines,
+                                                self.workflow))
+            if batch.progress is not None:
+                self.observer.progress(ProgressEvent(self.run_id, self.workflow, self.step,
+                                                     dict(batch.progress)))
 
     async def flush(self) -> None:
-        """Store (and tell ``on_log`` of) the lines made so far, now: a try that will be
+        """Store (and tell the observer of) the lines made so far, now: a try that will be
         tried again has its lines shown before the notice that it will be."""
         if self.writing is not None:  # shielded: a cancel of the step must not cancel it
             with contextlib.suppress(Exception):
@@ -133,7 +142,7 @@ class LogFlusher:
 
 async def _write_round(batches: list[tuple[LogWriter, LogBatch]]) -> None:
     """Store batches of an execution's steps (one interval's, or a step's last), in one
-    commit, telling ``on_log`` first; a failed write never fails a step."""
+    commit, telling the observer first; a failed write never fails a step."""
     batches = [(w, b) for w, b in batches if b]
     if not batches:
         return

@@ -6,17 +6,16 @@ import asyncio
 import contextlib
 import logging
 import shlex
-import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
 
 from brain._clock import utcnow
 from brain._owners import new_owner
 from brain.executors import Executor
 from brain.results import FINISHED_RUN, RunResult, StepResult, StepStatus, TriggerData
-from brain.runner.claimed import definition_of, execute_claimed, lease_seconds
+from brain.runner.claimed import definition_of, execute_claimed
+from brain.runner.context import RunContext, StoreLoans, context_for
 from brain.runner.engine import RunExecution
-from brain.runner.events import EventHandler, LogHandler, StepEvent
+from brain.runner.events import EventHandler, LogHandler, RunEvent, StepEvent
 from brain.runner.lifecycle import (
     Action,
     Event,
@@ -26,18 +25,15 @@ from brain.runner.lifecycle import (
     on_stall_look,
     on_taken,
 )
+from brain.runner.observe import RunObserver, announce_start
 from brain.runner.queueing import new_run
 from brain.runner.waiting import fire_when_due
-from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
+from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import RunStore
-
-#: Stores given unopened to runs of this process, by how many of those runs use each: the
-#: runs open such a store together and the last one to finish closes it.
-_borrowers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 @contextlib.asynccontextmanager
-async def _store_for(store: RunStore | str | None) -> AsyncIterator[RunStore]:
+async def _store_for(store: RunStore | str | None, loans: StoreLoans) -> AsyncIterator[RunStore]:
     """The store a run records into, open while the run needs it.
 
     A PostgreSQL URL (or ``BRAIN_DATABASE_URL`` naming one) gets the store this
@@ -45,7 +41,7 @@ async def _store_for(store: RunStore | str | None) -> AsyncIterator[RunStore]:
     once, not per run); any other URL a store of the run's own. A store the caller
     opened stays the caller's. A store given unopened is opened by the first run
     that needs it and closed when the last run using it ends, so concurrent runs can
-    share it.
+    share it (``loans`` counts them: the context's).
     """
     if store is None or isinstance(store, str):
         from brain.store.kept import store_for_url
@@ -53,18 +49,11 @@ async def _store_for(store: RunStore | str | None) -> AsyncIterator[RunStore]:
         async with store_for_url(store) as own:
             yield own
         return
-    if store.is_open and store not in _borrowers:
+    if loans.owned_by_caller(store):
         yield store
         return
-    _borrowers[store] = _borrowers.get(store, 0) + 1
-    try:
-        await store.open()
-        yield store
-    finally:
-        _borrowers[store] -= 1
-        if not _borrowers[store]:
-            del _borrowers[store]
-            await store.close()
+    async with loans.borrow(store) as borrowed:
+        yield borrowed
 
 
 async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
@@ -72,21 +61,24 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                            on_log: LogHandler | None = None,
                            executors: Mapping[str, Executor] | None = None,
                            previous_outputs: dict[str, str] | None = None,
-                           on_wait: WaitHandler | None = None) -> RunResult:
+                           on_wait: WaitHandler | None = None,
+                           context: RunContext | None = None) -> RunResult:
     """Record a new run of ``wf``, execute it in this process, and return its result.
 
     ``on_event`` is told of every step's change of status, ``on_log`` of new lines of
     steps' logs (as they are stored). A run whose steps wait (SPEC §16) is waited for
     here, in the foreground (see :func:`until_ended`); ``on_wait`` is told what it waits
-    for (by default, a log line).
+    for (by default, a log line). ``context``: the run's settings and observers (read
+    from the environment now when not given; ``on_event``/``on_log`` are told too).
     """
+    context = context_for(context, on_event, on_log)
     trig = TriggerData.from_input(trigger)
-    remember_known_secrets(wf)  # before the trigger is stored
-    async with _store_for(store) as st:
+    context.secrets.protect(wf)  # before the trigger is stored
+    async with _store_for(store, context.loans) as st:
         owner = new_owner()
         run = new_run(wf, trig)  # recorded running at once, not queued
         run_id = run.run_id
-        lease = lease_seconds()
+        lease = context.settings.lease_seconds
         decided = on_taken(Event.STARTED, StoredRun(wf.name, wf.definition_hash),
                            definition_of(wf))
         previous = None
@@ -97,22 +89,24 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                             step_rows=run.step_rows, owner=owner, lease_seconds=lease,
                             previous_run_id=previous)
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
-                                 lease_seconds=lease, executors=executors, on_event=on_event,
-                                 on_log=on_log,
-                                 previous_outputs=previous_outputs)
+                                 lease_seconds=lease, executors=executors,
+                                 previous_outputs=previous_outputs, context=context)
+        ended = announce_start(context.observers, RunEvent(run_id, wf.name, "started",
+                                                           trig.event))
         await execution.execute()
+        result = await st.get_run(run_id)
+        ended(result)
         then = after_execution(parked=execution.parked, stalled=execution.stalled)
         if then.action is Action.PARK:
-            return await until_ended(wf, st, run_id, on_event=on_event, on_log=on_log,
-                                     executors=executors, on_wait=on_wait)
+            return await until_ended(wf, st, run_id, executors=executors, on_wait=on_wait,
+                                     context=context)
         if then.action is Action.TAKE:
             # The database stalled for longer than a lease, so the work stopped. Unless
             # another executor took the run meanwhile, finish it here: it was accepted.
-            resumed = await _resume_after_stall(wf, st, run_id, owner, lease, on_event=on_event,
-                                                on_log=on_log, executors=executors)
-            if resumed is not None:
-                return resumed
-        return await st.get_run(run_id)
+            resumed = await _resume_after_stall(wf, st, run_id, owner, lease,
+                                                executors=executors, context=context)
+            return resumed or await st.get_run(run_id)
+        return result
 
 
 #: Told of a waiting run's waiting steps, each time the set of them changes.
@@ -151,15 +145,17 @@ def waiting_text(run_id: str, step: StepResult) -> str:
 async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
                       on_event: EventHandler | None = None, on_log: LogHandler | None = None,
                       executors: Mapping[str, Executor] | None = None,
-                      on_wait: WaitHandler | None = None) -> RunResult:
+                      on_wait: WaitHandler | None = None,
+                      context: RunContext | None = None) -> RunResult:
     """Wait in the foreground for a run that waits, until it ends: its due timers are
     fired here, and once a wait has ended the run is taken again and executed here —
     unless a serving process takes it first (then this only watches)."""
+    context = context_for(context, on_event, on_log)
     told: frozenset[str] = frozenset()
     tell = on_wait or log_waiting
     while True:
-        if on_event is not None and told:  # waits that ended while nobody executed the run
-            told = await _tell_ended(store, run_id, told, on_event)
+        if context.observers and told:  # waits that ended while nobody executed the run
+            told = await _tell_ended(store, run_id, told, context.observers)
         row = await store.run_row(run_id)
         if row is None:
             return await store.get_run(run_id)
@@ -171,10 +167,10 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
             # Woken from its waits, or its executor since died (a server that took it):
             # taken here, unless someone else takes it first.
             owner = new_owner()
-            if await store.claim_run(run_id, owner, lease_seconds()):
+            if await store.claim_run(run_id, owner, context.settings.lease_seconds):
                 await execute_claimed(wf, store, run_id, owner, first_start=False,
-                                      woken=look.event is Event.WOKEN, on_event=on_event,
-                                      on_log=on_log, executors=executors)
+                                      woken=look.event is Event.WOKEN, executors=executors,
+                                      context=context)
                 continue
         if look.action is Action.PARK:
             run = await store.get_run(run_id)
@@ -189,23 +185,22 @@ async def until_ended(wf: RunnableWorkflow, store: RunStore, run_id: str, *,
 
 
 async def _tell_ended(store: RunStore, run_id: str, told: frozenset[str],
-                      on_event: EventHandler) -> frozenset[str]:
-    """Tell ``on_event`` of the steps in ``told`` (waiting when last looked at) that ended
+                      observers: RunObserver) -> frozenset[str]:
+    """Tell ``observers`` of the steps in ``told`` (waiting when last looked at) that ended
     since; return those still waiting (so each is told once)."""
     ended = {name: state for name, state in (await store.waited_steps(run_id)).items()
              if name in told and state[0] != StepStatus.WAITING.value}
-    kinds = {s.name: s.kind for s in (await store.get_run(run_id)).steps.values()} if ended \
-        else {}
+    run = await store.get_run(run_id) if ended else None
+    kinds = {s.name: s.kind for s in run.steps.values()} if run is not None else {}
     for name, (status, _, error) in ended.items():
-        with contextlib.suppress(Exception):
-            on_event(StepEvent(run_id, name, kinds.get(name, ""), status, 1, error, None))
+        observers.step_ended(StepEvent(run_id, name, kinds.get(name, ""), status, 1, error, None,
+                                       workflow=run.workflow if run is not None else ""))
     return told - set(ended)
 
 
 async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str, owner: str,
-                              lease: float, *,
-                              on_event: EventHandler | None, on_log: LogHandler | None,
-                              executors: Mapping[str, Executor] | None) -> RunResult | None:
+                              lease: float, *, executors: Mapping[str, Executor] | None,
+                              context: RunContext) -> RunResult | None:
     """Claim the run again once its lease has run out (by the database's records), and
     execute what did not finish; ``None`` if another executor has it."""
     ours = {owner}  # every owner id this process has held the run under
@@ -222,10 +217,10 @@ async def _resume_after_stall(wf: RunnableWorkflow, store: RunStore, run_id: str
             continue
         again = new_owner()
         ours.add(again)
-        if not await store.claim_run(run_id, again, lease_seconds()):
+        if not await store.claim_run(run_id, again, lease):
             continue
         result = await execute_claimed(wf, store, run_id, again, first_start=False,
-                                       on_event=on_event, on_log=on_log, executors=executors)
+                                       executors=executors, context=context)
         if result.status in FINISHED_RUN:
             return result
     return None

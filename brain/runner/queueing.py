@@ -4,21 +4,21 @@ Every enqueue — a webhook, a schedule fire, a file event, the API,
 ``Workflow.enqueue`` and a failed run's handlers — builds its run with
 :func:`new_run` and commits it through :func:`enqueue` under the same queue limit.
 A process serving workflows (``brain serve``, ``brain worker``, a host app)
-registers its queue here (:func:`serve_here`), so that ``Workflow.enqueue`` in
-that process reaches its executors at once; nothing below points back up to it.
+adds its queue to its context's local queues (``RunContext.queues``, by default
+:data:`brain.runner.context.PROCESS_QUEUES`), so that ``Workflow.enqueue`` in that
+process reaches its executors at once; nothing below points back up to it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from brain._errors import BrainError
 from brain.results import RunResult, TriggerData
+from brain.runner.context import PROCESS_QUEUES, LocalQueue, LocalQueues, env_int
 from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import QueuedRun
 
@@ -34,20 +34,6 @@ class QueueStore(Protocol):
                           concurrency_key: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
-
-
-def env_int(name: str, default: int) -> int:
-    """A whole number of at least 1 from the environment, ``default`` when unset."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BrainError(f"{name} must be a whole number, not {raw!r}") from None
-    if value < 1:
-        raise BrainError(f"{name} must be at least 1")
-    return value
 
 
 def queue_limit() -> int:
@@ -144,59 +130,38 @@ def failure_of(run: RunResult) -> dict[str, Any] | None:
     return body
 
 
-class LocalQueue(Protocol):
-    """A queue this process serves (a ``BrainService``): it takes runs of the workflows
-    it has loaded and wakes its executors for them."""
-
-    def serves(self, wf: RunnableWorkflow) -> bool:
-        """Whether runs of ``wf`` (this very definition) go to this queue."""
-        ...
-
-    async def enqueue(self, wf: RunnableWorkflow, trigger: TriggerData, *,
-                      trigger_key: str) -> tuple[str | None, bool]:
-        """Queue a run of ``wf``; ``(run_id, created)``."""
-        ...
-
-
-_serving: list[LocalQueue] = []
-
-
-def serve_here(queue: LocalQueue) -> None:
-    """``queue`` takes the runs this process enqueues for the workflows it serves."""
-    if queue not in _serving:
-        _serving.append(queue)
-
-
-def stop_serving(queue: LocalQueue) -> None:
-    """``queue`` no longer takes this process's runs."""
-    if queue in _serving:
-        _serving.remove(queue)
-
-
 async def enqueue_here_or_there(wf: RunnableWorkflow, trigger: TriggerData, *,
-                                trigger_key: str) -> str:
+                                trigger_key: str, queues: LocalQueues | None = None) -> str:
     """Queue a run of ``wf`` from this process (``Workflow.enqueue``): to the queue of a
     service in this process serving it, else into ``BRAIN_DATABASE_URL`` (through the
     store this process keeps for a PostgreSQL URL) for a serving process to take, under
     the same queue limit either way."""
-    return (await enqueue_many_here_or_there(wf, [trigger], trigger_key=trigger_key))[0]
+    return (await enqueue_many_here_or_there(wf, [trigger], trigger_key=trigger_key,
+                                             queues=queues))[0]
 
 
 async def enqueue_many_here_or_there(wf: RunnableWorkflow, triggers: Sequence[TriggerData], *,
-                                     trigger_key: str) -> list[str]:
+                                     trigger_key: str,
+                                     queues: LocalQueues | None = None) -> list[str]:
     """Queue a run of ``wf`` per trigger (``Workflow.enqueue_many``); their ids, in order.
 
     Into ``BRAIN_DATABASE_URL`` they go in one transaction, all or none (the queue limit
-    counts them all); a service in this process serving ``wf`` takes them one by one."""
-    for queue in list(_serving):
-        if queue.serves(wf):
-            ids = []
-            for trigger in triggers:
-                run_id, _ = await queue.enqueue(wf, trigger, trigger_key=trigger_key)
-                ids.append(str(run_id))
-            return ids
+    counts them all); a service in this process serving ``wf`` (found in ``queues``, by
+    default the process's) takes them one by one."""
+    queue = (queues or PROCESS_QUEUES).serving(wf)
+    if queue is not None:
+        ids = []
+        for trigger in triggers:
+            run_id, _ = await queue.enqueue(wf, trigger, trigger_key=trigger_key)
+            ids.append(str(run_id))
+        return ids
     from brain.store.kept import store_for_url
 
     async with store_for_url() as store:
         return await store.enqueue_runs([new_run(wf, t) for t in triggers],
                                         trigger_key=trigger_key, max_queued=queue_limit())
+
+
+__all__ = ["LocalQueue", "QueueStore", "concurrency_key_of", "enqueue", "enqueue_here_or_there",
+           "enqueue_many_here_or_there", "env_int", "failure_of", "failure_runs", "new_run",
+           "queue_limit"]

@@ -1,4 +1,4 @@
-"""Writing a step's end and telling the event handler about it, as one call."""
+"""Writing a step's end and telling the run's observers about it, as one call."""
 
 from __future__ import annotations
 
@@ -10,36 +10,40 @@ from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
 from brain.results import StepStatus, base_name
-from brain.runner.events import EventHandler, LogHandler, StepEvent
+from brain.runner.events import StepEvent, WaitEvent
 from brain.runner.logwriter import LogFlusher, LogWriter
+from brain.runner.observe import Observers, RunObserver
 
 if TYPE_CHECKING:
+    from brain.executors.waits import WaitRequest
     from brain.store.base import RunStore
 
 
 class Recorder:
-    """The writes of one execution's steps, each followed by its :class:`StepEvent`.
+    """The writes of one execution's steps, each followed by its :class:`StepEvent` to
+    ``observer`` (an :class:`~brain.runner.observe.Observers`: one that raises is ignored).
 
     Every write is conditional on ``owner`` still holding the run's lease (the
-    store raises ``LeaseLost`` otherwise); an event handler that raises is ignored.
+    store raises ``LeaseLost`` otherwise).
     """
 
     def __init__(self, store: RunStore, run_id: str, owner: str, kinds: Mapping[str, str],
-                 on_event: EventHandler | None, on_log: LogHandler | None = None) -> None:
+                 observer: RunObserver | None = None, *, workflow: str = "") -> None:
         self.store = store
         self.run_id = run_id
         self.owner = owner
         self.kinds = kinds
-        self.on_event = on_event
-        self.on_log = on_log
+        self.workflow = workflow
+        self.observer: RunObserver = observer if observer is not None else Observers()
         self.flusher = LogFlusher()
         #: What steps cut off by a cancel had printed: written with the run's end.
         self._cut_off: dict[str, tuple[str | None, str | None, dict[str, int] | None]] = {}
 
     def log_writer(self, step: str, prior_tries: int) -> LogWriter:
-        """A writer that stores ``step``'s log as it runs (and tells ``on_log``)."""
+        """A writer that stores ``step``'s log as it runs (and tells the observer)."""
         writer = LogWriter(self.store, self.run_id, step, self.owner, prior_tries=prior_tries,
-                           on_log=self.on_log, closing=self.flusher.closing)
+                           observer=self.observer, closing=self.flusher.closing,
+                           workflow=self.workflow)
         self.flusher.add(writer)
         return writer
 
@@ -62,13 +66,22 @@ class Recorder:
     def emit(self, step: str, status: str, tries: int = 0, error: str | None = None,
              seconds: float | None = None, usage: dict[str, int] | None = None,
              model: str | None = None) -> None:
-        """Tell the event handler that ``step`` (or an instance of it) is now ``status``."""
-        if self.on_event is None:
-            return
+        """Tell the observer that ``step`` (or an instance of it) is now ``status``:
+        ``running`` starts it, any other status ends a try (``retrying``) or the step."""
         event = StepEvent(self.run_id, step, self.kinds[base_name(step)], status, tries, error,
-                          seconds, usage, model)
+                          seconds, usage, model, self.workflow)
+        with contextlib.suppress(Exception):  # (an Observers fan-out never raises)
+            if status == "running":
+                self.observer.step_started(event)
+            else:
+                self.observer.step_ended(event)
+
+    def waiting(self, step: str, tries: int, request: WaitRequest) -> None:
+        """Tell the observer that ``step`` now waits for what ``request`` says."""
+        event = WaitEvent(self.run_id, self.workflow, step, request.kind, tries, request.due,
+                          request.signal, request.key, request.shown)
         with contextlib.suppress(Exception):
-            self.on_event(event)
+            self.observer.step_waiting(event)
 
     def emit_all(self, names: Iterable[str], status: str) -> None:
         """:meth:`emit` for each of ``names``."""

@@ -67,6 +67,7 @@ class BrainPlugin(InitPluginProtocol):
         from brain.server.events import ChangeWatcher
 
         self.watcher = ChangeWatcher(self.service.store)
+        self.service.observe(self.watcher)  # this process's runs reach /api/events at once
         self.page = page
         self.reload_paths = reload_paths
         self._reloader: asyncio.Task[None] | None = None

@@ -4,7 +4,10 @@ for scripts.
 One :class:`ChangeWatcher` per server looks at the database twice a second while
 anybody listens (runs executed by ``brain worker`` processes elsewhere show up
 too) and fans each change out to every listener whose filter it matches: the
-database is read once per look, however many pages are open.
+database is read once per look, however many pages are open. It is also an
+observer of the runs this process executes (``BrainService.observe``): their
+changes reach listeners at once, without waiting for the next look, and a look
+never announces what it read before such a change as if it came after.
 
 Events (``data`` is JSON):
 
@@ -22,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,9 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
 from brain._errors import RunNotFound
-from brain.results import FINISHED_RUN, FINISHED_STEP, StepState
+from brain.results import FINISHED_RUN, FINISHED_STEP, RunStatus, StepState, StepStatus
+from brain.runner.observe import RunObserver
 
 if TYPE_CHECKING:
+    from brain.results import RunResult
+    from brain.runner.events import LogEvent, ProgressEvent, RunEvent, StepEvent, WaitEvent
     from brain.server.access import ServiceAccess
     from brain.store import Store
 
@@ -54,10 +61,11 @@ class _Listener:
                 and (self.workflow is None or data["workflow"] == self.workflow))
 
 
-class ChangeWatcher:
-    """Looks for changes while at least one listener is connected; fans them out."""
+class ChangeWatcher(RunObserver):
+    """Looks for changes while at least one listener is connected; fans them out. As an
+    observer of this process's runs, it fans their changes out the moment they happen."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, look_seconds: float = LOOK_SECONDS) -> None:
         self.store = store
         self._listeners: set[_Listener] = set()
         self._task: asyncio.Task[None] | None = None
@@ -69,6 +77,11 @@ class ChangeWatcher:
         #: (run id, step) → the last log line's ``seq`` announced.
         self._logged: dict[tuple[str, str], int] = {}
         self.looks = 0  # how many times the database was read (for tests)
+        #: How long between two looks at the database.
+        self.look_seconds = look_seconds
+        #: Run id or (run id, step) → when this process last announced a change of it
+        #: itself (``time.monotonic()``): a look that began before reads older state.
+        self._pushed: dict[Any, float] = {}
 
     @contextlib.asynccontextmanager
     async def listen(self, run_id: str | None = None,
@@ -99,18 +112,19 @@ class ChangeWatcher:
         since = utcnow() - timedelta(seconds=5)
         while self._listeners:
             look_started = utcnow()
+            read_at = time.monotonic()
             try:
                 activity = await self.store.recent_activity(since)
             except Exception as exc:  # a busy database: look again next time
                 log.debug("change watcher: %s", exc)
-                await asyncio.sleep(LOOK_SECONDS)
+                await asyncio.sleep(self.look_seconds)
                 continue
             self.looks += 1
             for run, step_states in reversed(activity):
-                self._compare(run, step_states)
+                self._compare(run, step_states, read_at)
             await self._new_lines(since)
             since = look_started - timedelta(seconds=2)  # overlap: a commit may land late
-            await asyncio.sleep(LOOK_SECONDS)
+            await asyncio.sleep(self.look_seconds)
 
     async def _new_lines(self, since: Any) -> None:
         """Announce the log lines stored since ``since`` not announced yet, a ``log`` event
@@ -134,10 +148,18 @@ class ChangeWatcher:
             for old in list(self._logged)[:10_000]:
                 del self._logged[old]
 
-    def _compare(self, run: Any, step_states: dict[str, StepState]) -> None:
+    def _stale(self, key: Any, read_at: float) -> bool:
+        """Whether a look that began at ``read_at`` read ``key`` before this process last
+        announced a change of it (what it read is older than what listeners have)."""
+        return self._pushed.get(key, -1.0) >= read_at
+
+    def _compare(self, run: Any, step_states: dict[str, StepState],
+                 read_at: float = float("inf")) -> None:
         # Steps first: a run's end is announced after the ends of its steps.
         for name, (kind, step_status, tries, progress) in step_states.items():
             key = (run.run_id, name)
+            if key in self._pushed and (self._stale(key, read_at) or self._behind(key, step_status)):
+                continue
             if self._steps.get(key) != (step_status, tries):
                 self._steps[key] = (step_status, tries)
                 self._publish("step", {"run_id": run.run_id, "workflow": run.workflow,
@@ -148,7 +170,9 @@ class ChangeWatcher:
                 self._publish("progress", {"run_id": run.run_id, "workflow": run.workflow,
                                            "step": name, **json.loads(progress)})
         status = str(run.status)
-        if self._runs.get(run.run_id) != (status, run.error):
+        if self._stale(run.run_id, read_at):
+            pass
+        elif self._runs.get(run.run_id) != (status, run.error):
             self._runs[run.run_id] = (status, run.error)
             self._publish("run", {"run_id": run.run_id, "workflow": run.workflow,
                                   "status": status, "error": run.error, "retry_of": run.retry_of})
@@ -158,6 +182,89 @@ class ChangeWatcher:
             keep = set(self._runs)
             self._steps = {k: v for k, v in self._steps.items() if k[0] in keep}
             self._progress = {k: v for k, v in self._progress.items() if k[0] in keep}
+            self._pushed = {k: v for k, v in self._pushed.items()
+                            if (k[0] if isinstance(k, tuple) else k) in keep}
+
+    def _behind(self, key: tuple[str, str], status: str) -> bool:
+        """For a step this process announced: whether the status read is one listeners have
+        or one it announced ahead of the store (``running`` before its mark is written)."""
+        known = self._steps.get(key)
+        return known is not None and (status == known[0] or status == StepStatus.PENDING.value)
+
+    # --- observing this process's runs (pushed at once) -------------------------------
+
+    def _push_step(self, run_id: str, workflow: str, step: str, kind: str, status: str,
+                   tries: int) -> None:
+        if not self._listeners:
+            return
+        key = (run_id, step)
+        self._pushed[key] = time.monotonic()
+        if self._steps.get(key) == (status, tries):
+            return
+        self._steps[key] = (status, tries)
+        self._publish("step", {"run_id": run_id, "workflow": workflow, "name": step,
+                               "kind": kind, "status": status, "tries": tries})
+
+    def _push_run(self, run_id: str, workflow: str, status: str, error: str | None,
+                  retry_of: str | None) -> None:
+        if not self._listeners:
+            return
+        self._pushed[run_id] = time.monotonic()
+        if self._runs.get(run_id) == (status, error):
+            return
+        self._runs[run_id] = (status, error)
+        self._publish("run", {"run_id": run_id, "workflow": workflow, "status": status,
+                              "error": error, "retry_of": retry_of})
+
+    def run_started(self, run: RunEvent) -> None:
+        """A run of this process began executing: ``running`` now."""
+        self._push_run(run.run_id, run.workflow, RunStatus.RUNNING.value, None, run.retry_of)
+
+    def run_ended(self, run: RunEvent, result: RunResult, seconds: float) -> None:
+        """A run of this process stopped executing: its status now (unless it is still
+        ``running``, its lease lost: whoever has it now tells)."""
+        if result.status != RunStatus.RUNNING:
+            self._push_run(run.run_id, run.workflow, str(result.status), result.error,
+                           run.retry_of)
+
+    def step_started(self, event: StepEvent) -> None:
+        """A step of this process's runs began: ``running``."""
+        self._push_step(event.run_id, event.workflow, event.step, event.kind, event.status,
+                        event.tries)
+
+    def step_ended(self, event: StepEvent) -> None:
+        """A step ended (a try that is retried stays ``running``, as the store has it)."""
+        if event.status != "retrying":
+            self.step_started(event)
+
+    def step_waiting(self, event: WaitEvent) -> None:
+        """A step began to wait: ``waiting``."""
+        self._push_step(event.run_id, event.workflow, event.step, event.kind,
+                        StepStatus.WAITING.value, event.tries)
+
+    def step_log(self, event: LogEvent) -> None:
+        """New lines of a step: a ``log`` event now (a look skips them: it goes by ``seq``)."""
+        if not self._listeners or not event.lines:
+            return
+        key = (event.run_id, event.step)
+        fresh = [ln for ln in event.lines if ln.seq > self._logged.get(key, 0)]
+        if not fresh:
+            return
+        self._logged[key] = max(ln.seq for ln in fresh)
+        self._publish("log", {"run_id": event.run_id, "workflow": event.workflow,
+                              "step": event.step, "lines": [ln.as_json() for ln in fresh]})
+
+    def progress(self, event: ProgressEvent) -> None:
+        """A step's new progress report: a ``progress`` event now."""
+        if not self._listeners:
+            return
+        key = (event.run_id, event.step)
+        stored = json.dumps(event.progress)  # as the store keeps it: a look compares the text
+        if self._progress.get(key) == stored:
+            return
+        self._progress[key] = stored
+        self._publish("progress", {"run_id": event.run_id, "workflow": event.workflow,
+                                   "step": event.step, **event.progress})
 
     def _publish(self, event: str, data: dict[str, Any]) -> None:
         for listener in list(self._listeners):

@@ -25,6 +25,7 @@ from brain.results import TriggerData
 from brain.service.hooks import Hook, hook_routes
 
 if TYPE_CHECKING:
+    from brain.runner.observe import RunObserver
     from brain.runner.workflows import RunnableWorkflow
     from brain.service.api import BrainApi
     from brain.store import Store
@@ -43,7 +44,8 @@ class BrainService:
                  execute: bool = True, triggers: bool = True, kind: str = "serve") -> None:
         from brain.metrics import Metrics
         from brain.runner import new_owner
-        from brain.runner.queueing import env_int, queue_limit
+        from brain.runner.context import RunContext
+        from brain.runner.observe import RunLog
         from brain.service.taking import RunTaker
         from brain.service.triggering import Triggers
         from brain.store import Store
@@ -51,8 +53,14 @@ class BrainService:
         self.workflows: dict[str, Workflow] = dict(workflows)
         self.hooks = hook_routes(self.workflows)
         self.store = store or Store()
-        self.concurrency = concurrency or env_int("BRAIN_CONCURRENCY", 4)
-        self.max_queued = max_queued or queue_limit()
+        #: What this service's runs execute with: the settings, read from the environment
+        #: once, now; the observers (metrics, the run log lines, and what :meth:`observe`
+        #: adds); the local queues ``wf.enqueue()`` looks in.
+        self.metrics = Metrics()
+        self.context = RunContext.from_environment(observers=[self.metrics, RunLog()],
+                                                   store=self.store)
+        self.concurrency = concurrency or self.context.settings.concurrency
+        self.max_queued = max_queued or self.context.settings.max_queued_runs
         self.execute = execute
         self.triggers = triggers
         self.owner = new_owner()
@@ -60,13 +68,11 @@ class BrainService:
         #: ``serve`` or ``worker``: how ``brain workers`` shows this process.
         self.kind = kind
         self.started_at = utcnow()
-        #: What ``GET /metrics`` shows of this service's work.
-        self.metrics = Metrics()
         #: The background tasks: takers, scans, heartbeat, schedules, fire retries.
         self._tasks: list[asyncio.Task[Any]] = []
         self.taker = RunTaker(self.store, self.owner, self._loaded, concurrency=self.concurrency,
                               metrics=self.metrics, kind=kind, started_at=self.started_at,
-                              tasks=self._tasks)
+                              tasks=self._tasks, context=self.context)
         self.firing = Triggers(self.store, self._loaded, self.enqueue, self.metrics, self._tasks)
         self._stopped: asyncio.Future[None] | None = None
         self._hurry = asyncio.Event()
@@ -89,6 +95,10 @@ class BrainService:
         """A future that is done when the next execution of this process ends."""
         return self.taker.execution_ended()
 
+    def observe(self, observer: RunObserver) -> None:
+        """Tell ``observer`` of every run this service executes, from now on."""
+        self.context.observers.add(observer)
+
     # --- life cycle ------------------------------------------------------------
 
     async def preflight(self) -> None:
@@ -106,7 +116,6 @@ class BrainService:
     async def start(self) -> None:
         """Open the store, then start the takers, schedules and watchers."""
         from brain._secrets import make_undumpable
-        from brain.runner.queueing import serve_here
         from brain.runner.workflows import remember_known_secrets
 
         # Steps run as this process's user: keep them out of its memory and environment.
@@ -119,7 +128,7 @@ class BrainService:
             if hook.secret is None:
                 log.warning("webhook /hooks/%s of %s accepts nothing: %s is not set", path,
                             hook.workflow.name, hook.trigger.secret_env)
-        serve_here(self)  # wf.enqueue() in this process comes to this queue
+        self.context.queues.add(self)  # wf.enqueue() in this process comes to this queue
         if self.execute:
             await self.taker.start()
         if self.triggers:
@@ -143,9 +152,7 @@ class BrainService:
         await asyncio.shield(self._stopped)
 
     async def _stop(self, grace_seconds: float) -> None:
-        from brain.runner.queueing import stop_serving
-
-        stop_serving(self)
+        self.context.queues.remove(self)
         self.firing.stop()
         left = await self.taker.wait_running(grace_seconds, self._hurry)
         for task in [*self._tasks, *self.taker.running.values()]:

@@ -5,28 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
-from brain.results import FINISHED_RUN, RunStatus, StepStatus
 
 if TYPE_CHECKING:
     from brain.metrics import Metrics
-    from brain.runner.events import StepEvent
+    from brain.runner.context import RunContext
     from brain.store import Store
     from brain.workflow import Workflow
 
 log = logging.getLogger("brain.service")
-#: One line per run start and end and per step failure (SPEC §14), with the run's fields as
-#: record attributes (``run_id``, ``workflow``, ``step``, ``status``) for the JSON format.
-run_log = logging.getLogger("brain.runs")
 IDLE_POLL_SECONDS = 1.0
 #: On SQLite nothing announces runs other processes queue: idle takers look this often, so
 #: such a run starts within a second (SPEC §19).
@@ -53,12 +47,14 @@ FORGET_EVERY_BEATS = 12
 
 class RunTaker:
     """Takes queued runs (and runs whose executor died) and executes them, ``concurrency``
-    at a time, with the workflows ``workflows()`` returns (as loaded now)."""
+    at a time, with the workflows ``workflows()`` returns (as loaded now), under
+    ``context`` (its settings; its observers are told of every run it executes)."""
 
     def __init__(self, store: Store, owner: str, workflows: Callable[[], Mapping[str, Workflow]],
                  *, concurrency: int, metrics: Metrics, kind: str, started_at: datetime,
-                 tasks: list[asyncio.Task[Any]]) -> None:
+                 tasks: list[asyncio.Task[Any]], context: RunContext) -> None:
         self.store = store
+        self.context = context
         self.owner = owner
         self.workflows = workflows
         self.concurrency = concurrency
@@ -143,8 +139,7 @@ class RunTaker:
         workflow under its ``max_concurrent_runs`` (a run woken from its waits is
         queued again, SPEC §16).
         """
-        from brain.runner import lease_seconds
-
+        lease_seconds = self.context.settings.lease_seconds
         while self.resumable:
             run_id = self.resumable.pop(0)
             if run_id in self.running:
@@ -152,7 +147,7 @@ class RunTaker:
             row = await self.store.run_row(run_id)
             if row is None or row.workflow not in self.workflows():
                 continue
-            if await self.store.claim_run(run_id, self.owner, lease_seconds()):
+            if await self.store.claim_run(run_id, self.owner, lease_seconds):
                 log.info("resuming run %s of %s (its executor stopped)", run_id, row.workflow)
                 return run_id, row.started_at is None, False
         workflows = self.workflows()
@@ -160,7 +155,7 @@ class RunTaker:
         # limit across processes (SPEC §19); without any, one statement claims.
         limits = {n: (wf.spec.max_concurrent_runs, wf.spec.concurrency_key is not None)
                   for n, wf in workflows.items() if wf.spec.max_concurrent_runs}
-        queued = await self.store.take_next(list(workflows), self.owner, lease_seconds(),
+        queued = await self.store.take_next(list(workflows), self.owner, lease_seconds,
                                             limits=limits or None)
         return None if queued is None else (queued[0], not queued[1], queued[1])
 
@@ -200,51 +195,18 @@ class RunTaker:
                     self._ended.set_result(None)
 
     async def _execute(self, run_id: str, first_start: bool, woken: bool) -> None:
-        """Execute one claimed run with its workflow as loaded now, logging its start and end."""
+        """Execute one claimed run with its workflow as loaded now (the context's observers
+        log its start and end and count it)."""
         from brain.runner import execute_claimed
-        from brain.runner.lifecycle import event_of
 
         row = await self.store.run_row(run_id)
         workflows = self.workflows()
         wf = workflows.get(row.workflow) if row else None
         if wf is None:
             return
-        fields = {"run_id": run_id, "workflow": wf.name}
-        if first_start:
-            self.metrics.runs_started.labels(wf.name).inc()
-        how = event_of(first_start=first_start, woken=woken)  # (a retry's first start too)
-        run_log.info("run %s of %s %s", run_id, wf.name, how.value, extra=fields)
-        t0 = time.monotonic()
-        result = await execute_claimed(
-            wf, self.store, run_id, self.owner, first_start=first_start, woken=woken, row=row,
-            abandon_on_cancel=self.is_stopping, loaded=workflows,
-            on_event=functools.partial(self._observe_step, fields=fields))
-        if result.status == RunStatus.WAITING:
-            waits = [s.name for s in result.steps.values() if s.status == StepStatus.WAITING]
-            run_log.info("run %s of %s waits (%s)", run_id, wf.name, ", ".join(waits),
-                         extra={**fields, "status": "waiting"})
-        if result.status in FINISHED_RUN:
-            self.metrics.runs_ended.labels(wf.name, str(result.status)).inc()
-            ended = "run %s of %s %s in %.2fs"
-            took = time.monotonic() - t0
-            if woken and result.started_at and result.ended_at:  # its waits included
-                took = (result.ended_at - result.started_at).total_seconds()
-            args: tuple[object, ...] = (run_id, wf.name, result.status, took)
-            if result.error:
-                ended, args = ended + ": %s", (*args, result.error)
-            run_log.log(logging.INFO if result.succeeded else logging.WARNING, ended, *args,
-                        extra={**fields, "status": str(result.status)})
-
-    def _observe_step(self, event: StepEvent, fields: dict[str, str]) -> None:
-        if event.status in ("succeeded", "failed") and event.seconds is not None:
-            self.metrics.step_seconds.labels(event.kind, event.status).observe(event.seconds)
-        if event.usage:  # at an LLM step's end, whatever the end: every try's tokens count
-            self.metrics.count_tokens(fields["workflow"], event.model, event.usage)
-        if event.status in ("failed", "retrying"):
-            then = ", retrying" if event.status == "retrying" else ""
-            run_log.warning("run %s of %s: step %r failed (try %d%s): %s", event.run_id,
-                            fields["workflow"], event.step, event.tries, then, event.error,
-                            extra={**fields, "step": event.step})
+        await execute_claimed(wf, self.store, run_id, self.owner, first_start=first_start,
+                              woken=woken, row=row, abandon_on_cancel=self.is_stopping,
+                              loaded=workflows, context=self.context)
 
     async def _heartbeat_loop(self) -> None:
         """Tell the database this process is alive, every few seconds (``brain workers``),

@@ -1,0 +1,214 @@
+"""What a run executes with, passed down instead of read from globals: :class:`RunContext`.
+
+The settings the runner used to read from the environment deep inside (the lease's
+length, the queue limit, the concurrency, the ``llm()`` defaults) are read once into a
+frozen :class:`Settings` where a run or a service starts (``wf.run()``/``wf.arun()``,
+``BrainService``) and handed down with the observers (:mod:`brain.runner.observe`),
+the store, the local queues and the secrets view.
+
+Two things stay one per process, because what users call needs them to be, and they
+are the context's: :data:`PROCESS_QUEUES`, the queues of the services this process
+serves (``wf.enqueue()`` from a script or a host app's handler reaches a service of
+the same process through it), and :data:`STORE_LOANS`, the count of runs sharing a
+store given to them unopened (concurrent ``wf.arun(store=Store(url))`` calls on one
+store open it once and the last one closes it). A context names them; a test or an
+embedding may give its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import weakref
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from brain._errors import BrainError, StoreError
+from brain.executors.base import LlmDefaults
+from brain.runner.observe import Observers, RunObserver, callbacks
+from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
+
+if TYPE_CHECKING:
+    from brain.results import TriggerData
+    from brain.runner.events import EventHandler, LogHandler
+    from brain.store.base import RunStore
+
+
+def env_int(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
+    """A whole number of at least 1 from the environment, ``default`` when unset."""
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BrainError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < 1:
+        raise BrainError(f"{name} must be at least 1")
+    return value
+
+
+def env_lease_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """How long a lease lasts without a heartbeat (``BRAIN_LEASE_SECONDS``, default 30, at
+    least 1)."""
+    raw = (os.environ if environ is None else environ).get("BRAIN_LEASE_SECONDS", "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise StoreError(f"BRAIN_LEASE_SECONDS must be a number of seconds, not {raw!r}") from None
+    return max(value, 1.0)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings of the runs of one edge (a ``wf.run()`` call, a service), read once."""
+
+    #: ``BRAIN_LEASE_SECONDS``: how long a run's lease lasts without a heartbeat.
+    lease_seconds: float = 30.0
+    #: ``BRAIN_MAX_QUEUED_RUNS``: how many runs may wait in the queue.
+    max_queued_runs: int = 1000
+    #: ``BRAIN_CONCURRENCY``: how many runs a serving process executes at once.
+    concurrency: int = 4
+    #: ``LLM_MODEL``, ``LLM_BASE_URL``, ``LLM_API_KEY``: what ``llm()`` steps use by default.
+    llm: LlmDefaults = field(default_factory=LlmDefaults)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every setting from ``environ`` (the process's environment by default); a
+        malformed one is a :class:`BrainError` naming it."""
+        return cls(lease_seconds=env_lease_seconds(environ),
+                   max_queued_runs=env_int("BRAIN_MAX_QUEUED_RUNS", 1000, environ),
+                   concurrency=env_int("BRAIN_CONCURRENCY", 4, environ),
+                   llm=LlmDefaults.from_environment(environ))
+
+
+class LocalQueue(Protocol):
+    """A queue this process serves (a ``BrainService``): it takes runs of the workflows
+    it has loaded and wakes its executors for them."""
+
+    def serves(self, wf: RunnableWorkflow) -> bool:
+        """Whether runs of ``wf`` (this very definition) go to this queue."""
+        ...
+
+    async def enqueue(self, wf: RunnableWorkflow, trigger: TriggerData, *,
+                      trigger_key: str) -> tuple[str | None, bool]:
+        """Queue a run of ``wf``; ``(run_id, created)``."""
+        ...
+
+
+class LocalQueues:
+    """The queues services of this process serve, in the order they started serving."""
+
+    def __init__(self) -> None:
+        self._queues: list[LocalQueue] = []
+
+    def add(self, queue: LocalQueue) -> None:
+        """``queue`` takes the runs enqueued here for the workflows it serves."""
+        if queue not in self._queues:
+            self._queues.append(queue)
+
+    def remove(self, queue: LocalQueue) -> None:
+        """``queue`` no longer takes runs enqueued here."""
+        if queue in self._queues:
+            self._queues.remove(queue)
+
+    def serving(self, wf: RunnableWorkflow) -> LocalQueue | None:
+        """The first queue serving ``wf`` (this very definition), if any."""
+        return next((q for q in list(self._queues) if q.serves(wf)), None)
+
+
+#: The queues of this process's services: ``wf.enqueue()`` looks here (see the module).
+PROCESS_QUEUES = LocalQueues()
+
+
+class StoreLoans:
+    """Stores given unopened to runs, by how many of those runs use each: the runs open
+    such a store together and the last one to finish closes it."""
+
+    def __init__(self) -> None:
+        self._users: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    def owned_by_caller(self, store: RunStore) -> bool:
+        """Whether ``store`` was opened by the caller (it stays the caller's)."""
+        return store.is_open and store not in self._users
+
+    @contextlib.asynccontextmanager
+    async def borrow(self, store: RunStore) -> AsyncIterator[RunStore]:
+        """``store``, opened by the first run that needs it and closed when the last ends."""
+        self._users[store] = self._users.get(store, 0) + 1
+        try:
+            await store.open()
+            yield store
+        finally:
+            self._users[store] -= 1
+            if not self._users[store]:
+                del self._users[store]
+                await store.close()
+
+
+#: The stores this process's runs borrow (see the module).
+STORE_LOANS = StoreLoans()
+
+
+class SecretsView(Protocol):
+    """What a run needs of the secrets this process knows (``brain._secrets`` keeps them)."""
+
+    def protect(self, wf: RunnableWorkflow) -> frozenset[str]:
+        """Remember every secret known now (scrubbed from all that is stored); return the
+        variables no step of ``wf`` sees unless it passes them itself."""
+        ...
+
+
+class ProcessSecrets:
+    """The secrets of this process, as ``brain._secrets`` keeps them (one set per process:
+    a secret one run reveals is scrubbed from every run's records)."""
+
+    def protect(self, wf: RunnableWorkflow) -> frozenset[str]:
+        """See :meth:`SecretsView.protect`."""
+        return remember_known_secrets(wf)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the runs of one edge (a ``wf.run()`` call, a service) execute with.
+
+    ``store``: where they record, when the edge has one open (``None``: each run
+    finds its own); ``queues``: where ``wf.enqueue()`` looks for a service of this
+    process; ``observers``: who is told of every run's events.
+    """
+
+    settings: Settings = field(default_factory=Settings)
+    observers: Observers = field(default_factory=Observers)
+    store: RunStore | None = None
+    queues: LocalQueues = PROCESS_QUEUES
+    loans: StoreLoans = STORE_LOANS
+    secrets: SecretsView = field(default_factory=ProcessSecrets)
+
+    @classmethod
+    def from_environment(cls, *, observers: Iterable[RunObserver] = (),
+                         store: RunStore | None = None) -> RunContext:
+        """A context with :meth:`Settings.from_environment`: call it at the edge, once."""
+        return cls(Settings.from_environment(), Observers(observers), store)
+
+    def observed_by(self, *more: RunObserver | None) -> RunContext:
+        """This context with ``more`` observers too (``None`` left out)."""
+        if not any(o is not None for o in more):
+            return self
+        return replace(self, observers=self.observers.joined(*more))
+
+    def with_callbacks(self, on_event: EventHandler | None,
+                       on_log: LogHandler | None) -> RunContext:
+        """This context with ``on_event``/``on_log`` told too (see ``observe.Callbacks``)."""
+        return self.observed_by(callbacks(on_event, on_log))
+
+
+def context_for(context: RunContext | None, on_event: EventHandler | None = None,
+                on_log: LogHandler | None = None) -> RunContext:
+    """``context`` (read from the environment now when ``None``) with the callbacks given."""
+    return (context or RunContext.from_environment()).with_callbacks(on_event, on_log)
+
+
+__all__ = ["PROCESS_QUEUES", "STORE_LOANS", "LocalQueue", "LocalQueues", "ProcessSecrets",
+           "RunContext", "SecretsView", "Settings", "StoreLoans", "context_for", "env_int",
+           "env_lease_seconds"]
