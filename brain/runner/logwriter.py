@@ -16,7 +16,7 @@ from brain.results import LogBatch
 from brain.runner.events import LogEvent, LogHandler
 
 if TYPE_CHECKING:
-    from brain.store.base import RunStore
+    from brain.store.interfaces import RecordStore
 
 log = logging.getLogger("brain.runner")
 
@@ -30,7 +30,7 @@ SEQ_SHIFT = 32
 class LogWriter:
     """Stores one step's :class:`StepLog` as it grows (see the module)."""
 
-    def __init__(self, store: RunStore, run_id: str, step: str, owner: str, *,
+    def __init__(self, store: RecordStore, run_id: str, step: str, owner: str, *,
                  prior_tries: int, on_log: LogHandler | None,
                  closing: set[asyncio.Future[None]]) -> None:
         self.store = store

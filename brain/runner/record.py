@@ -14,7 +14,7 @@ from brain.runner.events import EventHandler, LogHandler, StepEvent
 from brain.runner.logwriter import LogFlusher, LogWriter
 
 if TYPE_CHECKING:
-    from brain.store.base import RunStore
+    from brain.store.interfaces import RecordStore
 
 
 class Recorder:
@@ -24,7 +24,7 @@ class Recorder:
     store raises ``LeaseLost`` otherwise); an event handler that raises is ignored.
     """
 
-    def __init__(self, store: RunStore, run_id: str, owner: str, kinds: Mapping[str, str],
+    def __init__(self, store: RecordStore, run_id: str, owner: str, kinds: Mapping[str, str],
                  on_event: EventHandler | None, on_log: LogHandler | None = None) -> None:
         self.store = store
         self.run_id = run_id
