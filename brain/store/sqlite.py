@@ -1,4 +1,4 @@
-"""The SQLite backend: ``sqlite3`` in two threads of the store's own, no SQLAlchemy.
+"""The SQLite backend: ``sqlite3`` in two threads of the store's own (a file), no SQLAlchemy.
 
 Writes go to the writer thread (:mod:`brain.store.sqlite_threads`), which
 commits whatever is queued together; queries go to the reader beside it (WAL
@@ -6,8 +6,11 @@ lets them run while the writer writes). Timestamps are stored as SQLAlchemy's
 SQLite dialect has always stored them (``2026-01-02 03:04:05.000123``, UTC,
 no offset), so files written before read back the same. Creating or upgrading
 the schema (a new file, an old one) runs Alembic, which imports SQLAlchemy;
-opening a current file does not. An in-memory database starts as a copy of the
-schema image (:mod:`brain.store.schema_image`), built once per process.
+opening a current file does not.
+
+An in-memory database (``sqlite:///:memory:``) has no threads: it starts as a copy of
+the schema image (:mod:`brain.store.schema_image`, built once per process) and runs
+its statements in the caller's thread (:class:`~brain.store.sqlite_threads.SqliteInline`).
 """
 
 from __future__ import annotations
