@@ -12,6 +12,9 @@ Before issue 31, run_workflow ran on ``MemoryStore`` (a second store written on 
 Measured with this script just before it was removed (2 shared cores, N=500): see
 ``OLD_*`` below. A fresh ``sqlite:///:memory:`` store then cost 7.5 ms mean (6.4 median) per 3-step
 run, its tables created by SQLAlchemy's DDL every run; the schema image removes that.
+Side by side under the same load (the old tree exported, runs interleaved, 400 each):
+3 steps median 0.79-0.94 ms on MemoryStore, 1.72-1.88 ms on SQLite in memory; 10 steps
+1.68-2.04 ms and 3.14-3.29 ms.
 """
 
 from __future__ import annotations
