@@ -20,7 +20,8 @@ from support import remembered
 
 from brain import secret, shell, step, workflow
 from brain._secrets import MIN_SECRET_LENGTH
-from brain.store.memory import MemoryStore
+from brain.store import Store
+from brain.store.urls import MEMORY_URL
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,7 +67,7 @@ def test_a_secret_is_scrubbed_from_every_steps_output_error_and_stderr(
         shell("use", argv=["true"], env={"T": secret("SCRUB_TEST_TOKEN")})
         fail_with_it()
 
-    r = scrubbed.run(store=MemoryStore())
+    r = scrubbed.run(store=Store(MEMORY_URL))
     assert r.steps["use"].status == "succeeded"
     assert r.steps["fail_with_it"].status == "failed"
     assert value not in _stored_text(r)
@@ -85,7 +86,7 @@ def test_a_secret_in_a_shell_steps_stderr_and_error_is_scrubbed(monkeypatch: pyt
         shell("use", argv=["true"], env={"T": secret("SCRUB_SHELL_TOKEN")})
         shell("echoes", command=f"cat {leaked}; cat {leaked} >&2; exit 3")
 
-    r = scrub_shell.run(store=MemoryStore())
+    r = scrub_shell.run(store=Store(MEMORY_URL))
     assert r.status == "failed"
     assert "shell-secret-0123456789" not in _stored_text(r)
     assert "***" in (r.steps["echoes"].stderr or "")
@@ -101,7 +102,7 @@ def test_a_secret_too_short_to_scrub_fails_the_step_that_reads_it(monkeypatch: p
         shell("show", command="echo a b c x y z 123 abc")
         shell("use", argv=["true"], env={"T": secret("SHORT_TOKEN")})
 
-    r = short_secret.run(store=MemoryStore())
+    r = short_secret.run(store=Store(MEMORY_URL))
     assert r.status == "failed"
     assert r.steps["show"].output == "a b c x y z 123 abc"  # not mangled by a one-letter secret
     error = r.steps["use"].error or ""
@@ -128,13 +129,13 @@ def test_the_orchestrator_environment_is_unreadable_from_a_step(tmp_path: Path) 
             if sys.argv[1] == "control":
                 brain._secrets.make_undumpable = lambda: None
             from brain import shell, workflow
-            from brain.store.memory import MemoryStore
+            from brain.store import Store
 
             @workflow(name="probe")
             def probe():
                 shell("peek", command="tr '\\\\0' '\\\\n' < /proc/$PPID/environ || echo unreadable")
 
-            r = probe.run(store=MemoryStore())
+            r = probe.run(store=Store("sqlite:///:memory:"))
             print(r.steps["peek"].output)
         '''))
         script.chmod(0o644)
@@ -184,7 +185,7 @@ def test_a_short_llm_key_fails_the_step(monkeypatch: pytest.MonkeyPatch, where: 
     def short_key():
         llm("ask", prompt="hi", model="m", provider_url="http://127.0.0.1:9/v1", api_key=key)
 
-    r = short_key.run(store=MemoryStore())
+    r = short_key.run(store=Store(MEMORY_URL))
     assert r.status == "failed"
     assert "shorter than 8 characters" in (r.steps["ask"].error or "")
     assert "sk-1234" not in _stored_text(r) and "sk-abc1" not in _stored_text(r)
@@ -206,7 +207,7 @@ def test_a_secret_cut_by_the_stderr_tail_or_the_error_line_leaves_no_fragment(
         shell("use", argv=["true"], env={"T": secret("CUT_TOKEN")})
         shell("noisy", argv=["sh", str(script)])
 
-    r = cut_secret.run(store=MemoryStore())
+    r = cut_secret.run(store=Store(MEMORY_URL))
     assert r.steps["noisy"].status == "failed"
     stored = _stored_text(r)
     for size in range(8, len(value)):
@@ -229,7 +230,7 @@ def test_another_workflows_literal_key_and_the_trigger_body_are_scrubbed(tmp_pat
         shell("show", command=f"cat {leaked}")
 
     r = prints_it.run(trigger={"body": f"key={literal}", "headers": {"X-Api-Key": literal}},
-                      store=MemoryStore())
+                      store=Store(MEMORY_URL))
     assert r.succeeded, r.error
     assert literal not in _stored_text(r)
     assert r.steps["show"].output == "***"
@@ -261,7 +262,7 @@ def test_a_secret_longer_than_the_tail_margin_leaves_no_fragment(monkeypatch: py
     def long_secret():
         shell("noisy", argv=["sh", str(script)], env={"T": secret("LONG_TOKEN")})
 
-    r = long_secret.run(store=MemoryStore())
+    r = long_secret.run(store=Store(MEMORY_URL))
     stored = _stored_text(r)
     assert "qqqqqqqqEND" not in stored and "LONGqqqq" not in stored
 
@@ -276,7 +277,7 @@ def test_a_provider_url_password_is_a_secret_in_every_form(tmp_path: Path) -> No
     def url_password():
         llm("ask", prompt="hi", model="m", provider_url="http://admin:UrlPassw0rd-secret@127.0.0.1:9/v1")
 
-    url_password.run(store=MemoryStore())
+    url_password.run(store=Store(MEMORY_URL))
     basic = base64.b64encode(b"admin:UrlPassw0rd-secret").decode()
     assert scrub(f"auth was: Basic {basic}") == "auth was: Basic ***"
     assert scrub("UrlPassw0rd-secret") == "***"
@@ -285,7 +286,7 @@ def test_a_provider_url_password_is_a_secret_in_every_form(tmp_path: Path) -> No
     def short_url_password():
         llm("ask", prompt="hi", model="m", provider_url="http://u:pw1@127.0.0.1:9/v1")
 
-    r = short_url_password.run(store=MemoryStore())
+    r = short_url_password.run(store=Store(MEMORY_URL))
     assert "shorter than 8" in (r.steps["ask"].error or "")
 
 
@@ -302,7 +303,7 @@ def test_a_secret_repeated_on_every_line_leaves_no_fragment_in_the_tail(
     def chatty():
         shell("noisy", argv=["sh", str(script)], env={"T": secret("REPEATED_TOKEN")})
 
-    r = chatty.run(store=MemoryStore())
+    r = chatty.run(store=Store(MEMORY_URL))
     stored = _stored_text(r)
     for size in range(8, len(value)):
         assert value[-size:] not in stored and value[:size] not in stored, size

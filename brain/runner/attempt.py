@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from brain.runner.logwriter import LogWriter
     from brain.runner.values import Values
     from brain.runner.waiting import WaitRoom
-    from brain.store.base import RunStore
+    from brain.store.interfaces import RecordStore
 
 log = logging.getLogger("brain.runner")
 
@@ -295,7 +295,7 @@ class _RunningMark:
     ``pending`` and runs again on resume, as a ``running`` one would.
     """
 
-    def __init__(self, store: RunStore, run_id: str, name: str, inputs: dict[str, object],
+    def __init__(self, store: RecordStore, run_id: str, name: str, inputs: dict[str, object],
                  tries: int, started: datetime, owner: str) -> None:
         self.writing = False
         self.task: asyncio.Future[None] | None = None

@@ -24,7 +24,7 @@ from brain.runner.texts import internal_error
 from brain.store.base import StepProcess
 
 if TYPE_CHECKING:
-    from brain.store.base import RunStore
+    from brain.store.interfaces import RecordStore
 
 POLL_SECONDS = 0.5
 log = logging.getLogger("brain.runner")
@@ -33,7 +33,7 @@ log = logging.getLogger("brain.runner")
 class Lease:
     """Holds ``run_id`` for ``owner`` while an execution runs; see the module's docstring."""
 
-    def __init__(self, store: RunStore, run_id: str, owner: str, seconds: float) -> None:
+    def __init__(self, store: RecordStore, run_id: str, owner: str, seconds: float) -> None:
         self.store = store
         self.run_id = run_id
         self.owner = owner

@@ -17,7 +17,7 @@ from brain.runner.events import LogEvent, ProgressEvent
 
 if TYPE_CHECKING:
     from brain.runner.observe import RunObserver
-    from brain.store.base import RunStore
+    from brain.store.interfaces import RecordStore
 
 log = logging.getLogger("brain.runner")
 
@@ -31,7 +31,7 @@ SEQ_SHIFT = 32
 class LogWriter:
     """Stores one step's :class:`StepLog` as it grows (see the module)."""
 
-    def __init__(self, store: RunStore, run_id: str, step: str, owner: str, *,
+    def __init__(self, store: RecordStore, run_id: str, step: str, owner: str, *,
                  prior_tries: int, observer: RunObserver | None,
                  closing: set[asyncio.Future[None]], workflow: str = "") -> None:
         self.store = store

@@ -24,7 +24,7 @@ from brain.store.base import QueuedRun
 
 
 class QueueStore(Protocol):
-    """The store's side of queueing (``Store`` and ``MemoryStore`` have it)."""
+    """The store's side of queueing (``Store`` has it)."""
 
     async def enqueue_run(self, *, run_id: str, workflow: str, definition_hash: str,
                           trigger: TriggerData, step_rows: Sequence[tuple[str, str]],

@@ -16,7 +16,7 @@ from brain.runner.observe import Observers, RunObserver
 
 if TYPE_CHECKING:
     from brain.executors.waits import WaitRequest
-    from brain.store.base import RunStore
+    from brain.store.interfaces import RecordStore
 
 
 class Recorder:
@@ -27,7 +27,7 @@ class Recorder:
     store raises ``LeaseLost`` otherwise).
     """
 
-    def __init__(self, store: RunStore, run_id: str, owner: str, kinds: Mapping[str, str],
+    def __init__(self, store: RecordStore, run_id: str, owner: str, kinds: Mapping[str, str],
                  observer: RunObserver | None = None, *, workflow: str = "") -> None:
         self.store = store
         self.run_id = run_id

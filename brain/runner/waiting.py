@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from brain._clock import utcnow
 
 if TYPE_CHECKING:
-    from brain.store.base import RunStore
+    from brain.store.interfaces import WaitStore
 
 #: How often an executing run looks for waits that ended (its wake count).
 LOOK_SECONDS = 0.5
@@ -46,7 +46,7 @@ class WaitsFound:
     failed: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    async def read(cls, store: RunStore, run_id: str) -> WaitsFound:
+    async def read(cls, store: WaitStore, run_id: str) -> WaitsFound:
         """Read them (the wake count first)."""
         wakes = await store.run_wakes(run_id)
         states = await store.waited_steps(run_id)
@@ -56,7 +56,7 @@ class WaitsFound:
                     if status == "failed"})
 
 
-async def fire_when_due(store: RunStore, *, run_id: str | None = None,
+async def fire_when_due(store: WaitStore, *, run_id: str | None = None,
                         slack: timedelta = timedelta(0),
                         limit: int = 500) -> tuple[list[tuple[str, str]], float | None]:
     """Fire the due timers (of ``run_id`` alone, when given), looking from ``slack`` before
@@ -76,7 +76,7 @@ async def fire_when_due(store: RunStore, *, run_id: str | None = None,
 class WaitRoom:
     """See the module. ``seen``: the run's wake count as last read, before its steps."""
 
-    def __init__(self, store: RunStore, run_id: str, seen: int = 0) -> None:
+    def __init__(self, store: WaitStore, run_id: str, seen: int = 0) -> None:
         self.store = store
         self.run_id = run_id
         self.seen = seen

@@ -17,7 +17,7 @@ from brain.triggers.schedule import trigger_key
 
 if TYPE_CHECKING:
     from brain.metrics import Metrics
-    from brain.store import Store
+    from brain.store.interfaces import ClaimStore
     from brain.workflow import Workflow
 
 log = logging.getLogger("brain.service")
@@ -29,7 +29,7 @@ Enqueue = Callable[..., Awaitable[tuple[str | None, bool]]]
 class Triggers:
     """The schedules and watchers of the workflows ``workflows()`` returns (as loaded now)."""
 
-    def __init__(self, store: Store, workflows: Callable[[], Mapping[str, Workflow]],
+    def __init__(self, store: ClaimStore, workflows: Callable[[], Mapping[str, Workflow]],
                  enqueue: Enqueue, metrics: Metrics, tasks: list[asyncio.Task[Any]]) -> None:
         self.store = store
         self.workflows = workflows

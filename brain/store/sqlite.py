@@ -1,4 +1,4 @@
-"""The SQLite backend: ``sqlite3`` in two threads of the store's own, no SQLAlchemy.
+"""The SQLite backend: ``sqlite3`` in two threads of the store's own (a file), no SQLAlchemy.
 
 Writes go to the writer thread (:mod:`brain.store.sqlite_threads`), which
 commits whatever is queued together; queries go to the reader beside it (WAL
@@ -7,6 +7,10 @@ SQLite dialect has always stored them (``2026-01-02 03:04:05.000123``, UTC,
 no offset), so files written before read back the same. Creating or upgrading
 the schema (a new file, an old one) runs Alembic, which imports SQLAlchemy;
 opening a current file does not.
+
+An in-memory database (``sqlite:///:memory:``) has no threads: it starts as a copy of
+the schema image (:mod:`brain.store.schema_image`, built once per process) and runs
+its statements in the caller's thread (:class:`~brain.store.sqlite_threads.SqliteInline`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from brain._errors import StoreError
 from brain.store import schema
 from brain.store.backend import SQLITE, TIME_COLUMNS, Dialect, Params, Row, Statement, Written
 from brain.store.errors import DatabaseError, database_error, short
-from brain.store.sqlite_threads import SqliteThread
+from brain.store.schema_image import new_memory_database
+from brain.store.sqlite_threads import SqliteInline, SqliteThread
 from brain.store.urls import SqliteFile
 
 if TYPE_CHECKING:
@@ -58,6 +63,12 @@ def configure(conn: Any, *, memory: bool, sync_mode: str) -> None:
 
 
 def _connect(target: SqliteFile, sync_mode: str) -> sqlite3.Connection:
+    if target.memory:
+        # A copy of the schema image: tables ready, no DDL run. Nothing to wait for and
+        # nothing to sync: of the settings, only foreign keys matter.
+        conn = new_memory_database()
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
     conn = sqlite3.connect(target.filename, uri=target.uri, isolation_level=None,
                            check_same_thread=False, cached_statements=512)
     try:
@@ -141,7 +152,8 @@ def _translated(exc: sqlite3.Error) -> DatabaseError:
 
 
 class SqliteBackend:
-    """A SQLite file (or an in-memory database) behind a writer and a reader thread."""
+    """A SQLite file behind a writer and a reader thread, or an in-memory database run in
+    the caller's thread (:class:`~brain.store.sqlite_threads.SqliteInline`)."""
 
     def __init__(self, target: SqliteFile, url: str, shown_url: str) -> None:
         self._target = target
@@ -149,9 +161,13 @@ class SqliteBackend:
         self._shown_url = shown_url
         sync_mode = synchronous_mode()
         connect = partial(_connect, target, sync_mode)
-        self._writer = SqliteThread(connect, name="brain-sqlite-writer")
-        self._reader = (self._writer if target.memory
-                        else SqliteThread(connect, name="brain-sqlite-reader"))
+        self._writer: SqliteThread | SqliteInline
+        self._reader: SqliteThread | SqliteInline
+        if target.memory:  # one connection, nothing to wait for: no thread
+            self._writer = self._reader = SqliteInline(connect)
+        else:
+            self._writer = SqliteThread(connect, name="brain-sqlite-writer")
+            self._reader = SqliteThread(connect, name="brain-sqlite-reader")
         self._engine: AsyncEngine | None = None
 
     @property
@@ -170,9 +186,7 @@ class SqliteBackend:
                 raise StoreError(f"cannot open database {shown_url}: {problem}")
         backend = cls(target, url, shown_url)
         try:
-            if target.memory:
-                await backend._writer.run(_create_tables, write=True)
-            elif check_schema:
+            if not target.memory and check_schema:  # in memory: a copy of the schema image
                 await schema.ensure_current(backend._revision, backend._migrate,
                                             auto_upgrade=True, shown_url=shown_url)
         except BaseException as exc:
@@ -290,17 +304,3 @@ def _migrate(url: str, memory: bool) -> None:
     finally:
         engine.dispose()
 
-
-def _create_tables(conn: sqlite3.Connection) -> None:
-    """The schema of a new in-memory database, as the tables define it (a throwaway
-    database has no migration history)."""
-    from sqlalchemy.dialects import sqlite
-    from sqlalchemy.schema import CreateIndex, CreateTable
-
-    from brain.store.tables import metadata
-
-    dialect = sqlite.dialect()
-    for table in metadata.sorted_tables:
-        conn.execute(str(CreateTable(table).compile(dialect=dialect)))
-        for index in table.indexes:
-            conn.execute(str(CreateIndex(index).compile(dialect=dialect)))

@@ -14,7 +14,9 @@ no other module writes SQL. ``Store`` is assembled from one part per concern
 
 Each part runs the SQL of :mod:`brain.store.queries` on the store's backend
 (:mod:`brain.store.backend`), chosen by the URL when the store opens:
-:mod:`brain.store.sqlite` or :mod:`brain.store.postgres`.
+:mod:`brain.store.sqlite` (a file, or ``sqlite:///:memory:``) or
+:mod:`brain.store.postgres`. Its consumers type it with the narrow interfaces of
+:mod:`brain.store.interfaces`, all of which it has (mypy checks it below).
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ from brain.store.waits import StepWaits
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from brain.store.interfaces import (
+        ClaimStore,
+        HousekeepingStore,
+        OpenableStore,
+        ReadStore,
+        RecordStore,
+        RunStore,
+        WaitStore,
+    )
 
 __all__ = ["Store", "database_problem", "default_url", "redact_url", "utcnow"]
 
@@ -146,3 +158,11 @@ async def _open_backend(url: str, shown_url: str, check_schema: bool) -> Backend
     raise StoreError(
         f"BRAIN_DATABASE_URL must be SQLite (sqlite+aiosqlite:///FILE) or PostgreSQL "
         f"through asyncpg (postgresql+asyncpg://USER@HOST/DB), not {shown_url}")
+
+
+if TYPE_CHECKING:
+    def _has_every_interface(store: Store) -> tuple[OpenableStore, RecordStore, ClaimStore,
+                                                    WaitStore, ReadStore, HousekeepingStore,
+                                                    RunStore]:
+        """Never called: mypy checks here that ``Store`` has each interface."""
+        return store, store, store, store, store, store, store

@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote
 
 DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
+#: A new SQLite database in memory, private to the store that opens it and gone when it
+#: closes (its tables copied from the schema image): what ``brain.testing`` runs on.
+MEMORY_URL = "sqlite:///:memory:"
 _PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd", "pass", "sslpassword", "sslkey_password")
-# A URL SQLAlchemy would render as it is written: no user part, no query, nothing quoted.
-_PLAIN = re.compile(r"[\w+]+://[\w./ -]*", re.ASCII)
+# A URL safe to show as it is written: no user part, no query, nothing quoted (colons only
+# in the database part, as in sqlite:///:memory:, which SQLAlchemy would show as %3Amemory%3A).
+_PLAIN = re.compile(r"[\w+]+://[\w. -]*(/[\w./: -]*)?", re.ASCII)
 _SCHEME = re.compile(r"([\w+]+)://")
 # What the sqlite3 module itself takes from a URL's query (as SQLAlchemy's pysqlite does).
 _DRIVER_OPTIONS = ("uri", "timeout", "isolation_level", "detect_types", "check_same_thread",

@@ -1,4 +1,5 @@
-"""Testing workflows: mocked steps on an in-memory store, and a fake LLM endpoint.
+"""Testing workflows: mocked steps on the real store in a SQLite database in memory, and a
+fake LLM endpoint.
 
 Part of the product, like ``httpx.MockTransport``: ``run_workflow`` runs the
 real runner and placeholder rules with the steps you choose replaced, and

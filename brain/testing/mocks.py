@@ -1,4 +1,4 @@
-"""``run_workflow``: run a workflow with mocked steps on an in-memory store.
+"""``run_workflow``: run a workflow with mocked steps on a SQLite database in memory.
 
 The real runner and the real placeholder rules run; only the steps' work is
 replaced. A mocked step's inputs are resolved exactly as a real run would
@@ -156,13 +156,14 @@ async def arun_workflow(wf: Workflow, trigger: object = None, *,
                         store: RunStore | None = None) -> MockedRunResult:
     """Async form of :func:`run_workflow`."""
     from brain.runner import run_workflow_now
-    from brain.store.memory import MemoryStore
+    from brain.store import Store
+    from brain.store.urls import MEMORY_URL
 
     mocks = dict(mocks or {})
     mocking = _Mocking(mocks, _check_mocks(wf, mocks), strict)
     executors = {kind: _MockingExecutor(real, mocking) for kind, real in default_executors().items()}
     own = store is None
-    st: RunStore = store if store is not None else MemoryStore()
+    st: RunStore = store if store is not None else Store(MEMORY_URL)
     if not st.is_open:
         await st.open()
     try:
@@ -179,7 +180,8 @@ async def arun_workflow(wf: Workflow, trigger: object = None, *,
 def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mock] | None = None,
                  strict: bool = False, previous: Mapping[str, str] | None = None,
                  store: RunStore | None = None) -> MockedRunResult:
-    """Run ``wf`` with the real runner on an in-memory store, with mocked steps.
+    """Run ``wf`` with the real runner and the real store on a new SQLite database in
+    memory (``sqlite:///:memory:``, thrown away after the run), with mocked steps.
 
     ``mocks`` maps a step name — or a kind, ``"shell"``, ``"llm"``,
     ``"mcp_tool"``, ``"step"``, for every step of that kind — to the output,

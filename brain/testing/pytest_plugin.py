@@ -2,9 +2,9 @@
 
 Fixtures:
 
-- ``brain_db``: a fresh in-memory store for tests that use the store directly
-  (pass it as ``store=`` to ``run_workflow`` or a workflow call to inspect runs
-  afterwards).
+- ``brain_db``: a fresh store on a SQLite database in memory (``sqlite:///:memory:``),
+  open, for tests that use the store directly (pass it as ``store=`` to
+  ``run_workflow`` or a workflow call to inspect runs afterwards).
 - ``fake_llm``: a started :class:`~brain.testing.FakeChatServer`, with
   ``LLM_BASE_URL`` and ``LLM_MODEL`` pointing at it for the test.
 """
@@ -17,16 +17,23 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from brain.store.memory import MemoryStore
+    from brain.store import Store
     from brain.testing.chat_server import FakeChatServer
 
 
 @pytest.fixture
-def brain_db() -> MemoryStore:
-    """A fresh in-memory run store, private to this test."""
-    from brain.store.memory import MemoryStore
+def brain_db() -> Iterator[Store]:
+    """A fresh run store on a SQLite database in memory, private to this test and open
+    (usable from sync and async tests alike); closed, and its database gone, after it."""
+    from brain._sync import run_sync
+    from brain.store import Store
+    from brain.store.urls import MEMORY_URL
 
-    return MemoryStore(opened=True)  # nothing to connect: ready for sync and async tests
+    store = run_sync(Store(MEMORY_URL).open())
+    try:
+        yield store
+    finally:
+        run_sync(store.close())
 
 
 @pytest.fixture

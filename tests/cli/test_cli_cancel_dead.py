@@ -18,7 +18,7 @@ from support import kill_group_quietly, read_pid, running_step, wait_for, write_
 from brain._owners import local_owner_gone, new_owner
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.store import Store
-from brain.store.memory import MemoryStore
+from brain.store.urls import MEMORY_URL
 
 LONG = """
     from brain import shell, workflow
@@ -120,7 +120,7 @@ def test_local_owner_gone() -> None:
         assert local_owner_gone(odd) is False
 
 
-async def _make_run(store: Store | MemoryStore, owner: str, lease_seconds: float) -> str:
+async def _make_run(store: Store, owner: str, lease_seconds: float) -> str:
     run_id = uuid.uuid4().hex
     await store.create_run(run_id=run_id, workflow="wf", definition_hash="h",
                            trigger=TriggerData(event="manual", body=""),
@@ -129,15 +129,14 @@ async def _make_run(store: Store | MemoryStore, owner: str, lease_seconds: float
     return run_id
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+@pytest.mark.parametrize("kind", ["sqlite", "sqlite-memory"])
 def test_request_cancel_judges_whether_anyone_executes_the_run(kind: str, db_url: str) -> None:
     host = new_owner().split(":")[0]
     dead = subprocess.Popen(["true"])
     dead.wait()
 
     async def body() -> None:
-        store: Store | MemoryStore = Store(db_url) if kind == "sqlite" else MemoryStore()
-        async with store:
+        async with Store(db_url if kind == "sqlite" else MEMORY_URL) as store:
             # Cancelled at once: a dead local owner (lease still valid), an expired lease
             # of another machine.
             for owner, lease in ((f"{host}:{dead.pid}:a", 60.0), (f"elsewhere:{dead.pid}:b", -1.0)):

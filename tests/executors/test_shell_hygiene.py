@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from brain import secret, shell, workflow
-from brain.store.memory import MemoryStore
+from brain.store import Store
 
 
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_a_process_that_escaped_the_group_holds_no_pipe_of_ours(brain_db: MemoryStore):
+def test_a_process_that_escaped_the_group_holds_no_pipe_of_ours(brain_db: Store):
     tag = f"{uuid.uuid4().int % 10**12:012d}"  # sleep 30.TAG: a valid time, found by pgrep
 
     @workflow(name=f"escape_{tag}")
@@ -38,7 +38,7 @@ def test_a_process_that_escaped_the_group_holds_no_pipe_of_ours(brain_db: Memory
         subprocess.run(["pkill", "-f", tag], check=False)  # the test's own stray sleepers
 
 
-def test_another_steps_secret_is_not_in_a_shell_environment(brain_db: MemoryStore,
+def test_another_steps_secret_is_not_in_a_shell_environment(brain_db: Store,
                                                              monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("HYGIENE_DEPLOY_TOKEN", "deploy-token-value-1234")
 
@@ -53,7 +53,7 @@ def test_another_steps_secret_is_not_in_a_shell_environment(brain_db: MemoryStor
     assert "deploy-token-value-1234" not in (r.steps["debug"].output or "")
 
 
-def test_a_step_that_passes_the_secret_itself_gets_it(brain_db: MemoryStore,
+def test_a_step_that_passes_the_secret_itself_gets_it(brain_db: Store,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path):
     monkeypatch.setenv("HYGIENE_OWN_TOKEN", "own-token-value-5678")

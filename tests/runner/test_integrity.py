@@ -249,7 +249,8 @@ def test_a_step_that_ended_as_the_cancel_arrived_keeps_its_status() -> None:
     from brain.results import TriggerData
     from brain.runner.engine import RunExecution
     from brain.runner.events import StepEvent
-    from brain.store.memory import MemoryStore
+    from brain.store import Store
+    from brain.store.urls import MEMORY_URL
 
     @step
     async def breaks() -> str:
@@ -263,7 +264,7 @@ def test_a_step_that_ended_as_the_cancel_arrived_keeps_its_status() -> None:
     events: list[tuple[str, str]] = []
 
     async def scenario() -> Any:
-        store = MemoryStore(opened=True)
+        store = await Store(MEMORY_URL).open()
         await store.create_run(run_id="a1", workflow="cancel_race",
                                definition_hash=cancel_race.definition_hash, trigger=TriggerData(),
                                step_rows=[(s.name, s.kind) for s in cancel_race.spec.steps],
@@ -278,7 +279,10 @@ def test_a_step_that_ended_as_the_cancel_arrived_keeps_its_status() -> None:
         execution = RunExecution(cancel_race, store, "a1", "me:1:a", trigger=TriggerData(),
                                  previous_run_id=None, lease_seconds=30, on_event=on_event)
         await execution.execute()
-        return await store.get_run("a1")
+        try:
+            return await store.get_run("a1")
+        finally:
+            await store.close()
 
     run = asyncio.run(scenario())
     _final(run)
@@ -539,11 +543,12 @@ def test_a_lease_monitor_that_dies_stops_the_work_like_a_lost_lease(
     nothing more is written; the run is taken over again once its lease has run out (here
     by the same in-process call), so the step never runs on beside its next try."""
     from brain import shell, workflow
-    from brain.store.memory import MemoryStore
+    from brain.store import Store
+    from brain.store.urls import MEMORY_URL
 
     monkeypatch.setenv("BRAIN_LEASE_SECONDS", "2")
 
-    class BrokenHeartbeat(MemoryStore):
+    class BrokenHeartbeat(Store):
         beats = 0
 
         async def heartbeat(self, run_id: str, owner: str,
@@ -558,7 +563,7 @@ def test_a_lease_monitor_that_dies_stops_the_work_like_a_lost_lease(
         shell("slow", command=f"cd {tmp_path}; if [ -e first ]; then echo again; "
                               f"else touch first; sleep 20; touch ended; fi")
 
-    result = monitored.run(store=BrokenHeartbeat())
+    result = monitored.run(store=BrokenHeartbeat(MEMORY_URL))
     assert result.status == "succeeded", result.error
     assert result.steps["slow"].output == "again"
     assert result.steps["slow"].tries == 2

@@ -208,17 +208,12 @@ def test_resume_of_a_finished_run_returns_none(tmp_path: Path, db_url: str, fail
     assert lines(tmp_path / "ran.txt") == ["x"]  # nothing ran a second time
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_a_run_with_a_step_begun_keeps_its_definition(tmp_path: Path, backend: str) -> None:
+def test_a_run_with_a_step_begun_keeps_its_definition(tmp_path: Path) -> None:
     """The store re-stamps a taken run only while none of its steps has begun."""
     import uuid
 
-    from brain.store.memory import MemoryStore
-
     async def go() -> tuple[bool, str]:
-        store: Any = MemoryStore() if backend == "memory" else Store(
-            f"sqlite:///{tmp_path / 's.db'}")
-        async with store:
+        async with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
             run_id = uuid.uuid4().hex
             await store.create_run(run_id=run_id, workflow="w", definition_hash="old",
                                    trigger=TriggerData(), owner="me:1:x",
@@ -242,7 +237,7 @@ THREE = """
 """
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_resume_ends_the_groups_recorded_on_this_machine_and_only_those(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     """Leftover processes are found by the process group and start time recorded for their
@@ -252,7 +247,6 @@ def test_a_resume_ends_the_groups_recorded_on_this_machine_and_only_those(
     from brain._owners import this_machine
     from brain.executors.process import start_ticks
     from brain.store.base import StepProcess
-    from brain.store.memory import MemoryStore
 
     wf = load_file(write_source(tmp_path, "three.py", THREE))["three"]
     left = [subprocess.Popen(["sleep", "60"], env={}, start_new_session=True)
@@ -267,8 +261,7 @@ def test_a_resume_ends_the_groups_recorded_on_this_machine_and_only_those(
                else request.getfixturevalue("pg_url"))
 
         async def go() -> Any:
-            store: Any = MemoryStore() if backend == "memory" else Store(url)
-            async with store:
+            async with Store(url) as store:
                 if backend == "postgresql":
                     await store.upgrade_schema()
                 run_id = await _dead_run(store, wf, lease_seconds=-1)  # lease expired

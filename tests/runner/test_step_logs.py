@@ -1,7 +1,7 @@
 """What a step printed, whatever its end (SPEC §20): a failed, timed-out or cancelled shell
 step keeps its stdout as output and its stderr tail; every step's log, line by line, with
 ``@step`` functions' prints attributed to their own step even side by side; the kept head
-and tail of a flood, in the memory store, SQLite and PostgreSQL."""
+and tail of a flood, on SQLite (in memory and in a file) and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,17 +17,17 @@ from brain import parallel, shell, step, workflow
 from brain.results import LogLine
 from brain.runner import LogEvent, cancel_run, run_workflow_now
 from brain.store import Store
-from brain.store.memory import MemoryStore
+from brain.store.urls import MEMORY_URL
 
 
 def texts(lines: list[LogLine], stream: str | None = None) -> list[str]:
     return [ln.text for ln in lines if stream is None or ln.stream == stream]
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> str | None:
-    if request.param == "memory":
-        return None
+@pytest.fixture(params=["sqlite-memory", "sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    if request.param == "sqlite-memory":
+        return MEMORY_URL
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'logs.db'}"
     url: str = request.getfixturevalue("pg_url")
@@ -35,8 +35,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> str | None:
 
 
 @pytest.fixture
-async def store(store_url: str | None) -> Any:
-    async with (MemoryStore() if store_url is None else Store(store_url)) as st:
+async def store(store_url: str) -> Any:
+    async with Store(store_url) as st:
         yield st
 
 
@@ -100,7 +100,7 @@ async def test_a_step_cut_off_by_a_failing_sibling_keeps_what_it_printed() -> No
             shell("long", command="echo halfway; sleep 60")
             shell("breaks", command="sleep 0.5; exit 3")
 
-    async with MemoryStore() as store:
+    async with Store(MEMORY_URL) as store:
         run = await run_workflow_now(sibling_fails, store=store)
     long = run.steps["long"]
     assert long.status == "cancelled" and long.error is not None
@@ -156,7 +156,7 @@ async def test_side_by_side_steps_print_into_their_own_logs() -> None:
             ping()
             pong()
 
-    async with MemoryStore() as store:
+    async with Store(MEMORY_URL) as store:
         run = await run_workflow_now(side_by_side, store=store)
         assert run.status == "succeeded"
         logs = await store.run_logs(run.run_id)
@@ -178,7 +178,7 @@ async def test_print_outside_a_step_still_reaches_the_terminal(capsys: Any) -> N
     def print_outside():
         noisy()
 
-    async with MemoryStore() as store:
+    async with Store(MEMORY_URL) as store:
         run = await run_workflow_now(print_outside, store=store)
         assert texts(await store.read_log(run.run_id, "noisy")) == ["inside"]
     print("outside")
@@ -238,7 +238,7 @@ async def test_what_a_steps_own_thread_prints_is_scrubbed_where_it_goes(
     def own_thread():
         spawns(secret("THREAD_SECRET"))
 
-    async with MemoryStore() as store:
+    async with Store(MEMORY_URL) as store:
         run = await run_workflow_now(own_thread, store=store)
         assert texts(await store.read_log(run.run_id, "spawns")) == ["from the step: ***"]
     out = capsys.readouterr().out
@@ -250,12 +250,13 @@ async def test_a_step_that_ended_keeps_its_last_lines_when_a_cancel_cuts_their_w
     database) when a failing sibling cancels it: the lines, and its output, are kept, and
     the run's end is written after them (found by the review round)."""
 
-    class SlowFinalWrite(MemoryStore):
-        async def append_log(self, run_id: str, step: str, batch: Any, *,
-                             owner: str | None = None) -> None:
-            if step == "a" and any("a done" in ln.text for ln in batch.lines):
+    class SlowFinalWrite(Store):
+        async def append_logs(self, run_id: str, batches: Any, *,
+                              owner: str | None = None) -> None:
+            if any(step == "a" and any("a done" in ln.text for ln in batch.lines)
+                   for step, batch in batches):
                 await asyncio.sleep(1.0)
-            await super().append_log(run_id, step, batch, owner=owner)
+            await super().append_logs(run_id, batches, owner=owner)
 
     @workflow(name="final_write_cut")
     def final_write_cut():
@@ -263,7 +264,7 @@ async def test_a_step_that_ended_keeps_its_last_lines_when_a_cancel_cuts_their_w
             shell("a", command="echo a start; sleep 0.2; echo a done")
             shell("b", command="sleep 0.6; exit 3")
 
-    async with SlowFinalWrite() as store:
+    async with SlowFinalWrite(MEMORY_URL) as store:
         run = await run_workflow_now(final_write_cut, store=store)
         log = texts(await store.read_log(run.run_id, "a"))
     assert run.status == "failed"

@@ -1,12 +1,14 @@
 """The store contract suite's fixtures and helpers: one store of each kind, opened.
 
-Every ``tests/store/test_contract*.py`` module runs its tests against the three
-implementations of one contract (the ``RunStore`` protocol, plus the queue, fire and
-worker methods of :class:`brain.store.Store`):
+Every ``tests/store/test_contract*.py`` module runs its tests against both databases of
+the one store, :class:`brain.store.Store` (every interface of
+:mod:`brain.store.interfaces`):
 
-- ``memory``: :class:`brain.store.memory.MemoryStore`, the test double of ``brain.testing``;
-- ``sqlite``: :class:`brain.store.Store` on a file in the test's ``tmp_path``;
-- ``postgres``: :class:`brain.store.Store` on a fresh PostgreSQL database of the test's own.
+- ``sqlite``: on a file in the test's ``tmp_path``;
+- ``postgres``: on a fresh PostgreSQL database of the test's own.
+
+(``brain.testing`` runs the same store on SQLite in memory: ``tests/store/
+test_memory_database.py`` checks what differs there, the database's life.)
 
 A module takes the fixtures with ``store = contract.store`` and
 ``contract_database = contract.contract_database``. Where an implementation is known
@@ -34,10 +36,9 @@ from support import upgraded_schema
 from brain._owners import this_machine
 from brain.results import RunStatus, StepStatus, TriggerData
 from brain.store import Store
-from brain.store.memory import MemoryStore
 
 #: The ids of the ``store`` fixture's params.
-BACKENDS = ("memory", "sqlite", "postgres")
+BACKENDS = ("sqlite", "postgres")
 HASH = "d" * 64
 OTHER_HASH = "e" * 64
 #: The lease a test's owner holds for as long as the test can take.
@@ -63,15 +64,13 @@ def xfail_on(*kinds: str, reason: str,
 
 
 @pytest.fixture
-def contract_database(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
-    """The database URL the test's ``store`` param names: ``None`` for memory, a SQLite
-    file in ``tmp_path``, or a fresh PostgreSQL database at the current schema.
+def contract_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database URL the test's ``store`` param names: a SQLite file in ``tmp_path``,
+    or a fresh PostgreSQL database at the current schema.
 
     A fixture of its own, and synchronous, because ``fresh_pg_url`` makes its database
     with ``asyncio.run`` (which cannot run inside the test's event loop)."""
     kind = request.node.callspec.params["store"]
-    if kind == "memory":
-        return None
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'contract.db'}"
     url: str = request.getfixturevalue("fresh_pg_url")
@@ -80,9 +79,9 @@ def contract_database(request: pytest.FixtureRequest, tmp_path: Path) -> str | N
 
 
 @pytest.fixture(params=BACKENDS)
-async def store(contract_database: str | None) -> AsyncIterator[Any]:
-    """An open store of each kind, empty; closed after the test."""
-    opened: Any = MemoryStore() if contract_database is None else Store(contract_database)
+async def store(contract_database: str) -> AsyncIterator[Store]:
+    """An open store on each database, empty; closed after the test."""
+    opened = Store(contract_database)
     await opened.open()
     try:
         yield opened
@@ -90,10 +89,9 @@ async def store(contract_database: str | None) -> AsyncIterator[Any]:
         await opened.close()
 
 
-def open_again(store: Any) -> Any:
-    """A new, unopened object on the same data (the same object for memory, whose data
-    lives in it)."""
-    return store if isinstance(store, MemoryStore) else Store(store.url)
+def open_again(store: Store) -> Store:
+    """A new, unopened store on the same database."""
+    return Store(store.url)
 
 
 # --- making records ----------------------------------------------------------------------

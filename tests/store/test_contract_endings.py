@@ -1,7 +1,7 @@
 """The store contract, how runs end: finish_run (and the runs it queues), request_cancel,
 retry_run and prune.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

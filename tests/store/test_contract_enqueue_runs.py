@@ -1,7 +1,7 @@
 """The store contract: enqueue_runs (a batch of queued runs, one transaction), and a new
 run's step rows as create_run stores them (one statement on PostgreSQL).
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

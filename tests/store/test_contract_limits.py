@@ -2,7 +2,7 @@
 per workflow or per concurrency key, never takes a run that would exceed its group's
 limit, takes the oldest run that fits, and keeps the key with the run.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 note on what was dropped written in place), read back by step and by run, and the lines
 stored lately; and what a step cut off by a cancel printed.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

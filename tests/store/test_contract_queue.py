@@ -1,7 +1,7 @@
 """The store contract, the queue: enqueue_run, claim_next, fail_queued, the counts, schedule
 fire claims, executors' worker rows and recent_activity (SPEC §5, §9, §14).
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

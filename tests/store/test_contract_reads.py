@@ -1,7 +1,7 @@
 """The store contract, reading runs: resolve_id, get_run, list_runs, run_row and
 latest_succeeded_run.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The store contract, runs: opening a store, creating and claiming runs, leases and
 heartbeats, and that no write goes through under a lost lease.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from store.contract_support import (
     make_run,
     new_id,
     taken_over,
-    xfail_on,
 )
 
 from brain._clock import utcnow
@@ -50,10 +49,6 @@ async def test_a_closed_store_opens_again_on_the_same_data(store: Any) -> None:
         await again.close()
 
 
-@xfail_on("memory", raises=AssertionError,
-          reason="MemoryStore answers reads and writes after close() (and before open()); the "
-                 "SQL stores raise StoreError, so code that forgets to open its store passes "
-                 "its tests on brain_db")
 async def test_a_closed_store_refuses_reads_and_writes(store: Any) -> None:
     run_id = await make_run(store)
     await store.close()

@@ -1,6 +1,6 @@
 """The store contract, steps: the runner's step writes and the reads a resume needs.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The store contract, what is stored as given: unicode, large outputs, text no database
 keeps as it is (SPEC §4), secrets scrubbed from triggers (SPEC §11) and times.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ async def test_a_lone_surrogate_in_a_steps_error_is_a_replacement_character(stor
 
 @xfail_on("postgres", raises=AssertionError,
           reason="PostgreSQL text cannot hold NUL: StoredText stores it as U+FFFD (tables.py), "
-                 "while SPEC §4 names only lone surrogates as changed; memory and SQLite keep it")
+                 "while SPEC §4 names only lone surrogates as changed; SQLite keeps it")
 async def test_nul_characters_round_trip(store: Any) -> None:
     text = "before\x00after"
     run_id = await make_run(store, owner=OWNER, steps=("one",), trigger=TriggerData(body=text))

@@ -2,7 +2,7 @@
 §18): a step's ``usage`` is written with its end, its latest ``progress`` with its log, and
 both are read back, shown to the change watcher and cleared when a step is reset.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``).
+Every test runs on SQLite and PostgreSQL (see ``contract_support``).
 """
 
 from __future__ import annotations

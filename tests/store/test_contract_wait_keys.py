@@ -10,7 +10,7 @@ nothing; the real key continues it. Two ways a step comes to wait:
 - (a run that has its key only scrubbed never waits: its step fails, see
   tests/runner/test_wait_key_scrubbed.py).
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``); the
+Every test runs on SQLite and PostgreSQL (see ``contract_support``); the
 last one upgrades a database holding waiting steps of the old kind (migration 0011).
 """
 

@@ -3,7 +3,7 @@ its run let go of (``park_run``), and the wait ended exactly once, by a timer, a
 a signal, which wakes the run; cancelling a waiting run, retrying one, and ``take_next``
 telling a woken run from a fresh one.
 
-Every test runs on the memory store, SQLite and PostgreSQL (see ``contract_support``), but
+Every test runs on SQLite and PostgreSQL (see ``contract_support``), but
 the last three, which race two stores over one PostgreSQL database.
 """
 

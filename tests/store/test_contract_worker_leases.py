@@ -1,7 +1,7 @@
 """The store contract, worker rows (SPEC §14): ``list_workers`` says how many runs each
 process still holds under its lease (a run taken over or ended leaves its count), and
-``forget_silent_workers`` removes the rows of processes silent since a time. On the memory
-store, SQLite and PostgreSQL (see ``contract_support``)."""
+``forget_silent_workers`` removes the rows of processes silent since a time. On SQLite
+and PostgreSQL (see ``contract_support``)."""
 
 from __future__ import annotations
 

@@ -399,7 +399,6 @@ def test_step_process_records(backend: Backend) -> None:
     """The process group a step's try started: the latest try's is kept, under the lease;
     start times past 2**31 clock ticks (a machine up for long) fit."""
     from brain.store.base import StepProcess
-    from brain.store.memory import MemoryStore
 
     async def check(store: Any) -> None:
         run_id = await make_run(store, backend.name(), owner="me:1:a")
@@ -414,11 +413,6 @@ def test_step_process_records(backend: Backend) -> None:
         assert await store.step_processes(new_id()) == []
 
     backend.run(check)
-
-    async def on_memory() -> None:
-        await check(MemoryStore(opened=True))
-
-    asyncio.run(on_memory())
 
 
 # --- schema -------------------------------------------------------------------------------------
@@ -584,7 +578,6 @@ def test_postgres_refuses_an_old_schema_until_db_upgrade(fresh_pg_url: str,
 def test_writes_under_a_lost_lease_change_nothing(backend: Backend) -> None:
     from brain._errors import LeaseLost
     from brain.store.base import StepProcess
-    from brain.store.memory import MemoryStore
 
     async def check(store: Any) -> None:
         run_id = await make_run(store, backend.name(), owner="me:1:a")
@@ -593,12 +586,9 @@ def test_writes_under_a_lost_lease_change_nothing(backend: Backend) -> None:
                                   ended_at=now, output="mine", inputs={}, started_at=now,
                                   owner="me:1:a")
         assert await store.claim_run(run_id, "thief:1:b", 30) is False  # the lease is live
-        if isinstance(store, MemoryStore):
-            store._set(store._run(run_id), lease_owner="thief:1:b")
-        else:
-            async with store.engine.begin() as conn:
-                await conn.execute(update(runs).where(runs.c.id == run_id)
-                                   .values(lease_owner="thief:1:b"))
+        async with store.engine.begin() as conn:
+            await conn.execute(update(runs).where(runs.c.id == run_id)
+                               .values(lease_owner="thief:1:b"))
         writes = [
             store.step_running(run_id, "two", inputs={}, tries=1, started_at=now, owner="me:1:a"),
             store.step_finished(run_id, "two", status=StepStatus.SUCCEEDED, tries=1, ended_at=now,
@@ -623,11 +613,6 @@ def test_writes_under_a_lost_lease_change_nothing(backend: Backend) -> None:
         await store.finish_run(run_id, RunStatus.SUCCEEDED, owner="thief:1:b")
 
     backend.run(check)
-
-    async def on_memory() -> None:
-        await check(MemoryStore(opened=True))
-
-    asyncio.run(on_memory())
 
 
 def test_prune_deletes_old_fire_records_but_each_triggers_latest(backend: Backend) -> None:

@@ -35,7 +35,7 @@ from brain import (
     webhook,
     workflow,
 )
-from brain.store.memory import MemoryStore
+from brain.store import Store
 from brain.testing import FakeChatServer, MockCall, MockedRunResult, arun_workflow, run_workflow
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +47,7 @@ def statuses(result: MockedRunResult | Any) -> dict[str, str]:
     return {name: str(s.status) for name, s in result.steps.items()}
 
 
-def stored_runs(store: MemoryStore, workflow_name: str | None = None) -> list[Any]:
+def stored_runs(store: Store, workflow_name: str | None = None) -> list[Any]:
     return asyncio.run(store.list_runs(workflow=workflow_name, limit=100))
 
 
@@ -190,7 +190,7 @@ BODY = "it's $HOME & `uname` {seed}"
 PARITY_TRIGGER = {"body": BODY, "headers": {"X-Kind": "analyst"}}
 
 
-def test_mocked_inputs_are_exactly_what_the_real_run_sent(brain_db: MemoryStore,
+def test_mocked_inputs_are_exactly_what_the_real_run_sent(brain_db: Store,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARITY_TOKEN", "tok-123-long-enough")
     monkeypatch.setenv("PARITY_KEY", "key-456-long-enough")
@@ -334,7 +334,7 @@ def halting() -> None:
     shell("last", argv=["echo", f"{first}"])
 
 
-def test_a_raising_mock_fails_and_halts_the_run_as_a_real_failure_does(brain_db: MemoryStore) -> None:
+def test_a_raising_mock_fails_and_halts_the_run_as_a_real_failure_does(brain_db: Store) -> None:
     real = halting.run(store=brain_db)
     assert real.status == "failed"
     assert real.error == "step 'bad' failed: command failed with exit code 3: it broke"
@@ -500,7 +500,7 @@ def test_a_key_that_names_a_step_called_like_a_kind_mocks_only_that_step() -> No
     assert list(r.calls) == ["shell"]
 
 
-def test_an_unknown_mock_key_is_a_clear_error_before_anything_runs(brain_db: MemoryStore) -> None:
+def test_an_unknown_mock_key_is_a_clear_error_before_anything_runs(brain_db: Store) -> None:
     with pytest.raises(ValueError, match="'sl'") as info:
         run_workflow(kinds, mocks={"s1": "ok", "sl": "typo"}, store=brain_db)
     message = str(info.value)
@@ -634,7 +634,7 @@ async def test_run_workflow_inside_a_running_event_loop_uses_a_private_one() -> 
 
 # --- the fixtures -------------------------------------------------------------------------------
 
-def test_brain_db_keeps_runs_and_feeds_previous(brain_db: MemoryStore, tmp_path: Path,
+def test_brain_db_keeps_runs_and_feeds_previous(brain_db: Store, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     database = tmp_path / "not-used.db"
     monkeypatch.setenv("BRAIN_DATABASE_URL", f"sqlite+aiosqlite:///{database}")
@@ -656,7 +656,27 @@ def test_brain_db_keeps_runs_and_feeds_previous(brain_db: MemoryStore, tmp_path:
     assert stored.status == "succeeded"
     assert stored.steps["say"].output == "was , now 1"
     assert stored.steps["count"].inputs == {"last": ""}
-    assert not database.exists()                              # only the in-memory store was used
+    assert not database.exists()                              # only the store in memory was used
+
+
+def test_brain_db_is_the_real_store_on_sqlite_in_memory(brain_db: Store) -> None:
+    assert type(brain_db) is Store and brain_db.is_open
+    assert (brain_db.dialect, brain_db.shown_url) == ("sqlite", "sqlite:///:memory:")
+
+
+def test_a_mocked_run_starts_no_thread() -> None:
+    """The in-memory database runs its statements in the run's own thread: a mocked run
+    adds no thread of its own (what it costs is the runner's work, not hand-offs)."""
+    before = set(threading.enumerate())
+    during: list[set[threading.Thread]] = []
+
+    def look(call: MockCall) -> str:
+        during.append(set(threading.enumerate()))
+        return "looked"
+
+    r = run_workflow(counter, mocks={"say": look, "count": "1"})
+    assert r.succeeded, r.error
+    assert during == [before]
 
 
 def test_run_workflow_without_a_store_touches_no_database(tmp_path: Path,
