@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_support import BrainServer, brain_argv, clean_env
+from serve_support import AppServer
 from support import write_source
 
 from brain import shell, workflow
@@ -39,7 +39,9 @@ def read_events(url: str, headers: dict[str, str], out: list[tuple[str, dict[str
                     return
 
 
-def test_events_stream_a_runs_steps_to_scripts_with_the_token(tmp_path: Path) -> None:
+def test_events_stream_a_runs_steps_to_scripts_with_the_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app served in this process (the API is the point, not the process)."""
     folder = tmp_path / "flows"
     folder.mkdir()
     write_source(folder, "flows.py", """
@@ -55,11 +57,9 @@ def test_events_stream_a_runs_steps_to_scripts_with_the_token(tmp_path: Path) ->
         def other():
             shell("x", argv=["echo", "x"])
     """)
-    env = clean_env(tmp_path / "brain.db", {"BRAIN_API_TOKEN": "events-token-123"})
-    server = BrainServer(brain_argv(), folder, tmp_path, env)
+    monkeypatch.setenv("BRAIN_API_TOKEN", "events-token-123")
     auth = {"Authorization": "Bearer events-token-123"}
-    try:
-        server.wait_healthy()
+    with AppServer(folder) as server:
         assert httpx.get(f"{server.url}/api/events", timeout=10).status_code == 401
         got: list[tuple[str, dict[str, Any]]] = []
         ready = threading.Event()
@@ -73,8 +73,6 @@ def test_events_stream_a_runs_steps_to_scripts_with_the_token(tmp_path: Path) ->
         run_id = r.json()["run_id"]
         reader.join(30)
         assert not reader.is_alive()
-    finally:
-        server.stop()
     assert {d["run_id"] for _, d in got} == {run_id}, "the filter keeps other workflows out"
     steps = [(d["name"], d["status"]) for e, d in got if e == "step"]
     for name in "abc":
