@@ -40,11 +40,12 @@ pytestmark = pytest.mark.skipif(not all(shutil.which(s[0]) for s in SHELLS.value
                                 reason="needs dash and bash")
 
 BATCH = 16            # templates per hypothesis example
-# 3,840 generated templates (about 2,300 accepted now that quoted placeholders are);
-# SHELL_FUZZ_EXAMPLES=5000 for a longer soak.
-EXAMPLES = int(os.environ.get("SHELL_FUZZ_EXAMPLES", "240"))
+# 1,920 generated templates (about 1,150 accepted, each run 4 times: some 4,600 shells),
+# a fresh draw every session; SHELL_FUZZ_EXAMPLES=5000 for a longer soak. (Halved from 240
+# for the suite's time: the largest single test, and its grammar is covered anew each run.)
+EXAMPLES = int(os.environ.get("SHELL_FUZZ_EXAMPLES", "120"))
 VALUE_SETS = 2        # hostile value sets per accepted template and shell
-MIN_ACCEPTED = 1800   # accepted templates, each run under both shells
+MIN_ACCEPTED = int(EXAMPLES * BATCH * 0.45)  # accepted templates, each run under both shells
 
 # --- the grammar ------------------------------------------------------------------------
 # A hand-written random grammar seeded by hypothesis: far faster to draw than nested

@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -113,8 +114,10 @@ def test_output_into_a_closed_pipe_ends_quietly_with_the_normal_exit_code(
              (["runs", "--json"], 0), (["runs"], 0), (["show", run_id, "--json"], 0),
              (["show", run_id], 0), (["graph", big, "--mermaid"], 0), (["graph", big], 0),
              (["--version"], 0)]
-    for args, code in cases:
-        proc = into_closed_pipe(brain_cmd, *args)
+    # Side by side: each command waits on its own process, none on another's output.
+    with ThreadPoolExecutor(4) as pool:
+        procs = list(pool.map(lambda case: into_closed_pipe(brain_cmd, *case[0]), cases))
+    for (args, code), proc in zip(cases, procs, strict=True):
         assert proc.returncode == code, (args, proc.stderr)
         for noise in NOISE:
             assert noise not in proc.stderr, (args, proc.stderr)

@@ -1,4 +1,5 @@
-"""Helpers for the server tests: a real ``brain serve`` subprocess, polling.
+"""Helpers for the server tests: a real ``brain serve`` subprocess, the app it runs served in
+this process (:class:`AppServer`), polling.
 
 ``conftest.py`` puts this folder on ``sys.path`` so test files can ``import serve_support``.
 """
@@ -13,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -238,3 +240,52 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+class AppServer:
+    """The app ``brain serve`` runs (``brain.server.create_app``), served by uvicorn in a
+    thread of this process on 127.0.0.1 (a port of the system's choosing): real HTTP on
+    loopback, for tests whose point is the API, not the ``brain serve`` process (its start-up,
+    signals, exit codes and crashes keep their subprocess tests). Settings come from this
+    process's environment (``BRAIN_DATABASE_URL``, ``BRAIN_API_TOKEN``, ...), set before."""
+
+    def __init__(self, *paths: Path) -> None:
+        import uvicorn
+
+        from brain.server import create_app
+
+        config = uvicorn.Config(create_app([str(p) for p in paths]), host="127.0.0.1", port=0,
+                                log_config=None, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="brain-app-server",
+                                        daemon=True)
+        self._client: httpx.Client | None = None
+
+    def __enter__(self) -> AppServer:
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise AssertionError("the app never started serving")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._server.should_exit = True
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the app did not stop"
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the bound socket."""
+        sockets = self._server.servers[0].sockets
+        return f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+
+    @property
+    def client(self) -> httpx.Client:
+        """An HTTP client for this server (``base_url`` set), closed on exit."""
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.url, timeout=30)
+        return self._client

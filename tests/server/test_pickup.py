@@ -29,7 +29,9 @@ from brain.results import TriggerData
 from brain.runner.queueing import enqueue, new_run
 from brain.store import Store
 
-RUNS = 20
+#: Runs queued one after another per phase: each shows the mechanism on its own (the
+#: latencies are bench/pickup.py's to measure), a few show it is no one-off.
+RUNS = 6
 FLOWS = '''
 from brain import shell, workflow
 

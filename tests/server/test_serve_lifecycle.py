@@ -143,16 +143,15 @@ def test_descriptors_running_out_log_little_and_the_server_recovers(tmp_path: Pa
             sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
             conns.append(sock)
-        held = time.monotonic()
         # The condition is reached (however busy the machine), then lasts 3 s more: time
         # for a flood of lines, if each queued connection logged one.
         wait_for(lambda: "cannot accept connections" in server.stderr()[before:], 60,
                  "accept() to fail for want of descriptors")
         time.sleep(3)
         log = server.stderr()[before:]
-        seconds = time.monotonic() - held + 1
         assert "Traceback" not in log, log[-3000:]
-        assert len(log.splitlines()) <= 3 * seconds + 5, log[-3000:]
+        # Far fewer lines than queued connections: no line per failed accept().
+        assert len(log.splitlines()) < len(conns) // 5, log[-3000:]
         assert len(log) < 4000, len(log)
         for sock in conns:
             sock.close()

@@ -213,7 +213,9 @@ def test_a_waiting_run_is_cancelled_at_once_and_its_timer_never_continues_it(
 
         @workflow
         def napper():
-            sleep("nap", "3s")
+            # Long enough for `brain cancel` to start and answer on a loaded machine: a timer
+            # that falls due before the cancel proves nothing (the run would just succeed).
+            sleep("nap", "8s")
             {MARK.format(name="after")}
     ''')
     env = clean_env(tmp_path / "brain.db")
