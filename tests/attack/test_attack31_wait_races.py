@@ -102,3 +102,29 @@ def test_racing_decisions_and_signals_are_each_taken_once(
     got = asyncio.run(steps())
     assert got["after"][:2] == ("succeeded", 1)
     assert got["sig"][2] == got["after"][2] and (got["sig"][2] or "").startswith("body-")
+
+
+def test_cancelling_a_waiting_run_ends_it_at_once_and_a_late_decision_is_refused(
+        db_url: str) -> None:
+    from brain._errors import RunConflict
+    from brain.runner import cancel_run
+
+    run_id = asyncio.run(_parked(db_url))
+
+    async def cancel_then_decide() -> tuple[str, dict[str, str]]:
+        async with Store(db_url) as store:
+            result, active = await cancel_run(store, run_id)
+            assert active
+            with pytest.raises(RunConflict):
+                await store.decide(run_id, "go", approved=True)
+            run = await store.get_run(run_id)
+            return str(result.status), {n: str(s.status) for n, s in run.steps.items()}
+
+    status, steps = asyncio.run(cancel_then_decide())
+    assert status == "cancelled"
+    assert "waiting" not in steps.values() and "succeeded" not in steps.values(), steps
+
+    async def take_again() -> object:
+        async with Store(db_url) as store:
+            return await execute_run(waitrace, store, run_id)
+    assert asyncio.run(take_again()) is None  # an ended run is never taken again
