@@ -52,8 +52,6 @@ class BlocksUntilTakenOver(RunObserver):
             time.sleep(0.1)
 
 
-@pytest.mark.xfail(strict=True, reason="wf.run returns the run still 'running' (not its end) "
-                   "when a blocking observer let another executor take the run over")
 def test_a_blocking_observer_does_not_make_wf_run_return_a_running_run(
         tmp_path: Path, db_url: str, brain_cmd: list[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
