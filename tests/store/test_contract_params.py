@@ -12,7 +12,6 @@ from typing import Any
 
 from store import contract_support as contract
 from store.contract_support import HASH, new_id
-
 from support import remembered
 
 from brain.results import RunStatus, TriggerData
