@@ -95,6 +95,10 @@ runs = Table(
     Column("wakes", Integer, nullable=False, server_default="0"),
     # The run's concurrency key (SPEC §19), resolved from its trigger when it was queued.
     Column("concurrency_key", String(300)),
+    # Its validated parameters (JSON; NULL is {}) and, once it succeeded, what its workflow
+    # returned (JSON; SPEC §21).
+    Column("params", StoredText),
+    Column("output", StoredText),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
     Index("ix_brain_runs_concurrency", "workflow", "concurrency_key", "status"),
     Index("ix_brain_runs_status", "status"),
