@@ -145,12 +145,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_params(wf: Workflow, args: argparse.Namespace) -> dict[str, Any] | None:
-    """``brain run``'s ``-p`` and ``--params``, validated by the workflow (defaults applied);
+    """``brain run``'s ``-p`` and ``--params`` (over what a ``--body`` JSON object gives with
+    ``--event webhook``, as a delivery would), validated by the workflow (defaults applied);
     ``None`` (after one error line per field on stderr) when they do not validate."""
     from brain._errors import WorkflowInputError
     from brain.cli.params import raw_params
 
-    raw = raw_params(wf.params_schema, args.param, args.params)
+    base = dict(args.params or {})
+    if args.event == "webhook" and args.body is not None:
+        from brain.service.hooks import body_params
+
+        base = {**body_params(args.body, wf.params_schema), **base}
+    raw = raw_params(wf.params_schema, args.param, base)
     try:
         return wf.validate_params(raw)
     except WorkflowInputError as exc:

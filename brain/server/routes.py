@@ -56,6 +56,7 @@ from brain.server.bodies import (
 )
 from brain.server.events import ChangeWatcher, follow_log, stream
 from brain.server.json_input import JsonApiRequest, json_only
+from brain.service.hooks import body_params
 from brain.store.queue import QueueFull
 
 
@@ -303,7 +304,7 @@ async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependenc
     except UnicodeDecodeError:
         raise HTTPException(status_code=400, detail="the body is not UTF-8 text") from None
     trigger = TriggerData(event="webhook", body=text, headers=webhooks.stored_headers(headers))
-    params = webhooks.body_params(text, hook.workflow.params_schema)
+    params = body_params(text, hook.workflow.params_schema)
     try:
         run_id, created = await brain.start(hook.workflow, trigger, trigger_key="webhook",
                                             delivery_id=webhooks.delivery_id(headers),

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Any
 
 MAX_BODY_BYTES = 1024 * 1024
 TIMESTAMP_TOLERANCE_SECONDS = 300
@@ -95,26 +93,3 @@ def delivery_id(headers: Mapping[str, str]) -> str | None:
         return f"sha256:{digest}"
     return value
 
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def body_params(body: str, params_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters a delivery's body gives its run: when the body is a JSON object, its
-    keys that name a parameter of the workflow (``params_schema``'s properties) with their
-    values; the other keys are ignored. Any other body gives none (defaults apply).
-
-    >>> body_params('{"service": "api", "ref": "main"}', {"properties": {"service": {}}})
-    {'service': 'api'}
-    """
-    names = params_schema.get("properties") or {}
-    if not names or not body.lstrip().startswith("{"):
-        return {}
-    try:
-        value = json.loads(body, parse_constant=_not_json)
-    except (ValueError, RecursionError):  # not JSON after all (or NaN): the body is text
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in value.items() if k in names}

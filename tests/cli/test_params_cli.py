@@ -139,3 +139,17 @@ def test_check_json_still_says_what_fails_on_stderr(tmp_path: Path, brain_cmd: l
     proc = brain(brain_cmd, "check", tmp_path, "--json")
     assert proc.returncode == 2 and "SyntaxError" in proc.stderr
     assert [w["name"] for w in json.loads(proc.stdout)] == ["deploy"]
+
+
+def test_a_webhook_run_by_hand_takes_params_from_its_json_body(tmp_path: Path,
+                                                               brain_cmd: list[str]) -> None:
+    flow = write_source(tmp_path, "deploy.py", DEPLOY)
+    body = '{"service": "api", "replicas": 4, "sender": "ci"}'
+    proc = brain(brain_cmd, "run", flow, "--event", "webhook", "--body", body,
+                 "-p", "replicas=2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(proc.stdout)
+    assert run["params"]["service"] == "api" and run["params"]["replicas"] == 2  # -p wins
+    assert run["trigger"]["body"] == body
+    plain = brain(brain_cmd, "run", flow, "--body", body, "--json")  # a manual run: no params
+    assert plain.returncode == 2 and "service: Field required" in plain.stderr

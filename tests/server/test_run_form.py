@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, create_model
 
 from brain.server.console.run_form import form_fields
-from brain.server.webhooks import body_params
+from brain.service.hooks import body_params
 
 
 class Size(Enum):
