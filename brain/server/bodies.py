@@ -361,8 +361,9 @@ def trigger_summary(trig: TriggerSpec, workflow: str, now: datetime) -> TriggerS
 
     # Built from the model's own dump, not converted: a value keeps its JSON (30 stays 30).
     item = trig.model_dump(mode="json", exclude={"secret_env"})
-    if item.get("params", {}) is None:  # a schedule without params= keeps its JSON as it was
-        del item["params"]
+    item.pop("params", None)  # the spec leaves them out of its dumps; shown when given
+    if isinstance(trig, CronTrigger | EveryTrigger) and trig.params:
+        item["params"] = trig.params
     if isinstance(trig, CronTrigger | EveryTrigger):
         upcoming = next_fire(trig, now)
         item["next_fire"] = upcoming.isoformat() if upcoming else None

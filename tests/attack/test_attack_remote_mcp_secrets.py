@@ -188,9 +188,11 @@ def test_echoed_credentials_in_the_promised_encodings_are_never_stored(
         assert runs[0].status == "succeeded", runs[0].error
         for mode, echo in (("iserror", "bearer"), ("error", "x-api-key"), ("iserror", "cookie"),
                            ("http500", "bearer")):
+            url = hostile.url(mode, echo, "safe")  # (a default argument would be a parameter)
+
             @workflow(name=f"atk_mcp_echo_{mode}_{echo.replace('-', '_')}")
-            def failing(mode: str = mode, echo: str = echo) -> None:
-                mcp_tool("call", url=hostile.url(mode, echo, "safe"), tool="t", **creds)
+            def failing() -> None:
+                mcp_tool("call", url=url, tool="t", **creds)  # noqa: B023 (traced right here)
 
             runs.append(failing())
             assert runs[-1].status == "failed"

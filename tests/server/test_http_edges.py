@@ -163,7 +163,7 @@ def test_deep_json_on_cancel_is_400(server: BrainServer) -> None:
     (b'{"wait": "true"}', "wait must be true or false"),  # JSON true, not text that says it
     (b'{"wait": 1}', "wait must be true or false"),
     (b"null", "must be a JSON object"),
-    (b'{"body": "x", "extra": 1}', "unknown fields ['extra']: use body and wait"),
+    (b'{"body": "x", "extra": 1}', "unknown fields ['extra']: use params, body and wait"),
 ])
 def test_start_run_reads_its_fields_strictly(server: BrainServer, body: bytes, words: str) -> None:
     before = runs_of(server, "echo")
