@@ -152,6 +152,9 @@ class RunResult(BaseModel):
     #: Its concurrency key (SPEC §19): the text its workflow's ``concurrency_key`` resolved
     #: to when it was queued; the workflow's limit counts the runs with the same key.
     concurrency_key: str | None = None
+    #: The run and step that queued it, when it is a child run (SPEC §22):
+    #: ``{"run_id": ..., "step": ...}``.
+    parent: dict[str, str] | None = None
     steps: dict[str, StepResult] = Field(default_factory=dict)
 
     @property

@@ -48,6 +48,10 @@ class RunRecord:
     retry_of: str | None = None
     #: Its concurrency key (SPEC §19), if its workflow has one.
     concurrency_key: str | None = None
+    #: The run whose step queued it, when it is a child run (SPEC §22).
+    parent_run_id: str | None = None
+    #: ...and the step of it that did.
+    parent_step: str | None = None
 
 
 @dataclass(frozen=True)
