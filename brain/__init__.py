@@ -14,6 +14,7 @@ from brain._errors import (
                            StepFailed,
                            StoreError,
                            WorkflowDefinitionError,
+                           WorkflowInputError,
                            WorkflowLoadError,
 )
 from brain._version import __version__
@@ -43,7 +44,7 @@ from brain.workflow import Workflow, workflow
 __all__ = [
     "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
     "StepNode", "StepResult", "StepStatus", "StoreError", "TriggerData", "Workflow",
-    "WorkflowDefinitionError", "WorkflowGraph", "WorkflowLoadError", "__version__", "approval",
-    "cron", "every", "for_each", "llm", "mcp_tool", "parallel", "secret", "shell", "sleep",
-    "step", "trigger", "wait_for", "watch", "webhook", "when", "workflow",
+    "WorkflowDefinitionError", "WorkflowGraph", "WorkflowInputError", "WorkflowLoadError",
+    "__version__", "approval", "cron", "every", "for_each", "llm", "mcp_tool", "parallel",
+    "secret", "shell", "sleep", "step", "trigger", "wait_for", "watch", "webhook", "when", "workflow",
 ]

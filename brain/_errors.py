@@ -74,3 +74,23 @@ WORKFLOW_CHANGED = "workflow changed since the run started"
 class RunConflict(StoreError):
     """A run cannot do what was asked in its state: retry one still active or one that
     succeeded, or one whose workflow changed since."""
+
+
+class WorkflowInputError(BrainError, ValueError):
+    """A run's parameters do not validate against its workflow's (SPEC §21): nothing was
+    queued or stored.
+
+    ``errors`` lists each problem as pydantic gives it: ``{"loc": [...], "msg": ...,
+    "type": ...}``; ``str(e)`` is one line per field (``service: Field required``).
+    """
+
+    def __init__(self, errors: list[dict[str, object]], workflow: str | None = None) -> None:
+        self.errors = errors
+        self.workflow = workflow
+        super().__init__("\n".join(_error_line(e) for e in errors) or "invalid parameters")
+
+
+def _error_line(error: dict[str, object]) -> str:
+    loc = error.get("loc") or ()
+    where = ".".join(str(p) for p in loc) if isinstance(loc, (list, tuple)) else str(loc)
+    return f"{where or 'params'}: {error.get('msg', 'invalid')}"

@@ -2,7 +2,8 @@
 
 The grammar is strict (SPEC §3, §12): ``{NAME}``, ``{previous.NAME}``,
 ``{trigger.event|body|path}``, ``{trigger.headers.HEADER}`` and, inside a
-``for_each`` block, ``{each.NAME}``. Everything
+``for_each`` block, ``{each.NAME}``, and a run's parameters, ``{params.NAME}`` and
+``{params.NAME.FIELD...}`` (SPEC §21). Everything
 else is literal text, so ``awk '{print $2}'``, ``${HOME}`` and JSON pass through
 untouched. ``{{X}}`` where ``{X}`` would be a placeholder is the literal ``{X}``.
 Substitution is one pass: inserted values are never scanned again. Where a
@@ -25,22 +26,25 @@ from brain._errors import PlaceholderError
 _BODY = (
     r"trigger\.(?:event|body|path)"
     r"|trigger\.headers\.[A-Za-z0-9_-]+"
+    r"|params(?:\.[A-Za-z0-9_-]+)+"
     r"|(?:previous\.|each\.)?[A-Za-z0-9_-]+"
 )
 _SCAN = re.compile(r"\{\{(" + _BODY + r")\}\}|(?<!\$)\{(" + _BODY + r")\}")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
-RefKind = Literal["step", "previous", "trigger", "each"]
+RefKind = Literal["step", "previous", "trigger", "each", "params"]
 #: How a value is written into a shell command: see :func:`quote_for`.
 Quoting = Literal["bare", "double", "single"]
 
 
 @dataclass(frozen=True, slots=True)
 class Ref:
-    """One placeholder: ``kind`` is ``step``, ``previous``, ``trigger`` or ``each``.
+    """One placeholder: ``kind`` is ``step``, ``previous``, ``trigger``, ``each`` or
+    ``params``.
 
     ``name`` is the step name, the trigger field (``body``, ``headers.x-id``,
-    header names lower-cased), or the ``for_each`` element's name.
+    header names lower-cased), the ``for_each`` element's name, or the parameter's
+    path (``service``, ``target.host``).
     """
 
     kind: RefKind
@@ -67,6 +71,8 @@ def _ref(body: str) -> Ref:
         return Ref("previous", body[len("previous.") :])
     if body.startswith("each."):
         return Ref("each", body[len("each.") :])
+    if body.startswith("params."):
+        return Ref("params", body[len("params.") :])
     return Ref("step", body)
 
 

@@ -152,6 +152,11 @@ class RunResult(BaseModel):
     #: Its concurrency key (SPEC §19): the text its workflow's ``concurrency_key`` resolved
     #: to when it was queued; the workflow's limit counts the runs with the same key.
     concurrency_key: str | None = None
+    #: Its parameters as validated when it was queued, defaults applied (SPEC §21).
+    params: dict[str, Any] = Field(default_factory=dict)
+    #: What its workflow returned, resolved at the end of a succeeded run: the JSON value
+    #: (``None`` when it returns nothing, or until it succeeds).
+    output: Any = None
     #: The run and step that queued it, when it is a child run (SPEC §22):
     #: ``{"run_id": ..., "step": ...}``.
     parent: dict[str, str] | None = None

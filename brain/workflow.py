@@ -26,10 +26,16 @@ if TYPE_CHECKING:
     from brain.store.base import RunStore
 
 
-class Workflow:
-    """A traced workflow. Call it to run it: ``result = wf(trigger={"body": "..."})``."""
+#: The keyword arguments of a run (``wf(...)``); any other keyword is a parameter.
+_RUN_OPTIONS = frozenset({"trigger", "store", "on_event", "on_log", "on_wait", "observers",
+                          "params"})
 
-    def __init__(self, fn: Callable[[], Any], spec: WorkflowSpec,
+
+class Workflow:
+    """A traced workflow. Call it to run it: ``result = wf(service="api")`` passes its
+    parameters by name (``wf(trigger={"body": "..."})`` gives the trigger)."""
+
+    def __init__(self, fn: Callable[..., Any], spec: WorkflowSpec,
                  failure_handlers: Sequence[Workflow] = ()) -> None:
         self.fn = fn
         self.spec = spec
@@ -59,11 +65,30 @@ class Workflow:
         """The description, or the function's docstring."""
         return self.spec.description
 
+    @property
+    def params_schema(self) -> dict[str, Any]:
+        """The JSON Schema of its parameters (an object, one property per parameter)."""
+        return self.spec.params_schema
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of its return annotation, or ``None`` without one."""
+        return self.spec.output_schema
+
+    def validate_params(self, raw: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``raw`` validated against the parameters, defaults applied, as JSON values;
+        :class:`~brain.WorkflowInputError` when they do not validate."""
+        return self.spec.params.validate(raw)
+
     async def arun(self, trigger: object = None, *, store: RunStore | str | None = None,
                    on_event: EventHandler | None = None, on_log: LogHandler | None = None,
                    on_wait: WaitHandler | None = None,
-                   observers: Sequence[RunObserver] = ()) -> RunResult:
+                   observers: Sequence[RunObserver] = (),
+                   params: Mapping[str, Any] | None = None) -> RunResult:
         """Run now and wait for the result (async form of calling the workflow).
+
+        ``params``: the workflow's parameters, validated (defaults applied) before anything
+        is recorded (:class:`~brain.WorkflowInputError` when they do not validate).
 
         The run is recorded in ``store`` (a :class:`brain.store.Store` or a
         database URL), else in ``BRAIN_DATABASE_URL``. ``on_event`` is told of every
@@ -77,12 +102,18 @@ class Workflow:
         from brain.runner import run_workflow_now
         from brain.runner.context import RunContext
 
+        self.validate_params(params)  # before the environment or any store is read
         context = RunContext.from_environment(observers=observers)
         return await run_workflow_now(self, trigger, store=store, on_event=on_event,
-                                      on_log=on_log, on_wait=on_wait, context=context)
+                                      on_log=on_log, on_wait=on_wait, context=context,
+                                      params=params)
 
-    async def enqueue(self, body: object = None, *, headers: dict[str, str] | None = None) -> str:
+    async def enqueue(self, body: object = None, *, headers: dict[str, str] | None = None,
+                      params: Mapping[str, Any] | None = None) -> str:
         """Queue a run for the executors and return its id (committed before this returns).
+
+        ``params`` are validated before anything is queued (:class:`~brain.
+        WorkflowInputError`).
 
         Inside a process serving this workflow (``brain serve``, ``brain worker``
         or a host app with ``BrainPlugin``) the run goes to that service's queue;
@@ -92,66 +123,107 @@ class Workflow:
         from brain.runner.queueing import enqueue_here_or_there
 
         trigger = TriggerData.from_input({"body": body, "headers": headers or {}}, event="manual")
-        return await enqueue_here_or_there(self, trigger, trigger_key="api")
+        return await enqueue_here_or_there(self, trigger, trigger_key="api", params=params)
 
     async def enqueue_many(self, runs: Iterable[object]) -> list[str]:
         """Queue a run per item of ``runs`` in one transaction and return their ids, in order
         (all committed before this returns, or none: a full queue refuses the whole batch).
 
         An item is a body, as :meth:`enqueue` takes it, or a dict whose only keys are
-        ``body`` and ``headers``. Inside a process serving this workflow the runs go to
-        that service's queue, one by one.
+        ``body``, ``headers`` and ``params`` (``{"params": {"service": "api"}}``). Every
+        item's parameters are validated before any run is queued (a
+        :class:`~brain.WorkflowInputError` whose ``loc`` starts with the item's index).
+        Inside a process serving this workflow the runs go to that service's queue, one by
+        one.
         """
         from brain.runner.queueing import enqueue_many_here_or_there
 
         if isinstance(runs, (str, bytes, Mapping)):
-            raise TypeError("enqueue_many() takes a list of bodies (or of dicts with body and "
-                            f"headers), not a {type(runs).__name__}")
-        triggers = [TriggerData.from_input(_queued_input(item), event="manual") for item in runs]
-        return await enqueue_many_here_or_there(self, triggers, trigger_key="api")
+            raise TypeError("enqueue_many() takes a list of bodies (or of dicts with body, "
+                            f"headers and params), not a {type(runs).__name__}")
+        items = [_queued_input(item) for item in runs]
+        triggers = [TriggerData.from_input({"body": i["body"], "headers": i["headers"]},
+                                           event="manual") for i in items]
+        return await enqueue_many_here_or_there(self, triggers, trigger_key="api",
+                                                params=[i["params"] for i in items])
 
     def run(self, trigger: object = None, *, store: RunStore | str | None = None,
             on_event: EventHandler | None = None, on_log: LogHandler | None = None,
             on_wait: WaitHandler | None = None,
-            observers: Sequence[RunObserver] = ()) -> RunResult:
+            observers: Sequence[RunObserver] = (),
+            params: Mapping[str, Any] | None = None) -> RunResult:
         """Run now and return the :class:`RunResult`; works inside a running event loop too
         (see :meth:`arun`)."""
         if current_tracer() is not None:
             raise WorkflowDefinitionError(
-                f"workflow {self.name!r} was called while tracing another workflow: "
-                f"sub-workflows are not supported yet")
+                f"workflow {self.name!r}.run() was called while tracing another workflow: "
+                f"call it as {self.name}(name=value, ...) to record a child run")
+        self.validate_params(params)  # raised here, in the caller's thread
         from brain._sync import run_sync
 
         return run_sync(self.arun(trigger, store=store, on_event=on_event, on_log=on_log,
-                                  on_wait=on_wait, observers=observers),
+                                  on_wait=on_wait, observers=observers, params=params),
                         thread_name=f"brain-run-{self.name}")
 
-    __call__ = run
+    def with_options(self, **options: Any) -> Callable[..., Any]:
+        """Options for this workflow called as a child run (SPEC §22), as ``@step`` takes
+        them: ``summarize.with_options(name="sum", timeout_seconds=600, retries=1)(url=u)``
+        (``name``, ``timeout_seconds``, ``retries``, ``retry_delay_seconds``)."""
+        from brain.dsl.children import with_options
+
+        return with_options(self, lambda **params: self(**params), **options)
+
+    def __call__(self, trigger: object = None, *, store: RunStore | str | None = None,
+                 on_event: EventHandler | None = None, on_log: LogHandler | None = None,
+                 on_wait: WaitHandler | None = None, observers: Sequence[RunObserver] = (),
+                 params: Mapping[str, Any] | None = None, **kwargs: Any) -> RunResult:
+        """Run now, as :meth:`run`: ``deploy(service="api", dry_run=True)`` passes the
+        parameters by name (a parameter named like an option of :meth:`run` goes in
+        ``params={...}``). Called while another workflow is traced, it records a child-run
+        step instead (SPEC §22) and returns its output's node."""
+        if current_tracer() is not None:
+            from brain.dsl.children import child_step
+
+            return child_step(self, _merged_params(params, kwargs) or {})  # type: ignore[return-value]
+        return self.run(trigger, store=store, on_event=on_event, on_log=on_log,
+                        on_wait=on_wait, observers=observers,
+                        params=_merged_params(params, kwargs))
+
+
+def _merged_params(params: Mapping[str, Any] | None,
+                   named: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``params={...}`` and parameters given by name, together (each name once)."""
+    if not named:
+        return params
+    both = set(named) & set(params or {})
+    if both:
+        raise TypeError(f"parameter {sorted(both)[0]!r} is given twice (by name and in params=)")
+    return {**(params or {}), **named}
 
 
 def _queued_input(item: object) -> dict[str, Any]:
-    """An item of :meth:`Workflow.enqueue_many` as a trigger's fields: a dict of only
-    ``body``/``headers`` gives them, anything else is the body."""
-    if isinstance(item, Mapping) and item and set(item) <= {"body", "headers"}:
+    """An item of :meth:`Workflow.enqueue_many` as a trigger's fields and parameters: a dict
+    of only ``body``/``headers``/``params`` gives them, anything else is the body."""
+    if isinstance(item, Mapping) and item and set(item) <= {"body", "headers", "params"}:
         headers = item.get("headers") or {}
         if not isinstance(headers, Mapping):
             raise TypeError(f"headers must be a dict, not {type(headers).__name__}")
-        return {"body": item.get("body"), "headers": headers}
-    return {"body": item, "headers": {}}
+        return {"body": item.get("body"), "headers": headers, "params": item.get("params")}
+    return {"body": item, "headers": {}, "params": None}
 
 
 @overload
-def workflow(fn: Callable[[], Any], /) -> Workflow: ...
+def workflow(fn: Callable[..., Any], /) -> Workflow: ...
 
 
 @overload
 def workflow(*, name: str | None = None, triggers: Sequence[TriggerSpec] = (),
              description: str | None = None, max_concurrent_runs: int | None = None,
              concurrency_key: str | None = None,
-             on_failure: Sequence[Workflow] = ()) -> Callable[[Callable[[], Any]], Workflow]: ...
+             on_failure: Sequence[Workflow] = ()) -> Callable[[Callable[..., Any]], Workflow]: ...
 
 
-def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
+def workflow(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
              triggers: Sequence[TriggerSpec] = (), description: str | None = None,
              max_concurrent_runs: int | None = None, concurrency_key: str | None = None,
              on_failure: Sequence[Workflow] = ()) -> Any:
@@ -181,8 +253,14 @@ def workflow(fn: Callable[[], Any] | None = None, /, *, name: str | None = None,
             raise WorkflowDefinitionError(
                 f"workflow {name or getattr(fn, '__name__', '?')!r}: on_failure takes "
                 f"workflows (decorated with @workflow), not {type(handler).__name__}")
+        if handler.spec.params.required:
+            raise WorkflowDefinitionError(
+                f"workflow {name or getattr(fn, '__name__', '?')!r}: on_failure handler "
+                f"{handler.name!r} has required parameters "
+                f"({', '.join(handler.spec.params.required)}), which a failure cannot supply: "
+                f"give them defaults")
 
-    def decorate(f: Callable[[], Any]) -> Workflow:
+    def decorate(f: Callable[..., Any]) -> Workflow:
         spec = trace_workflow(f, name or f.__name__, list(triggers), description,
                               max_concurrent_runs, concurrency_key)
         # What this workflow declares secret is kept from every step of every workflow

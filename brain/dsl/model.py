@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from brain.dsl.params import ParamsSpec
 from brain.dsl.triggers import TriggerSpec, WebhookTrigger
 
 DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
@@ -41,6 +42,18 @@ class SecretRef(_Frozen):
 
     def __format__(self, spec: str) -> str:
         return self._misuse()
+
+
+class ParamRef(_Frozen):
+    """A run parameter given whole as a ``@step`` argument (SPEC §21): the function gets
+    its typed (JSON) value, not its text. ``path``: the parameter and fields it reads."""
+
+    path: tuple[str, ...]
+
+    @property
+    def template(self) -> str:
+        """The placeholder it stands for, ``{params.NAME...}``."""
+        return "{params." + ".".join(self.path) + "}"
 
 
 class Condition(_Frozen):
@@ -258,7 +271,15 @@ class WorkflowGraph(_Frozen):
 
 
 class WorkflowSpec(_Frozen):
-    """A whole traced workflow."""
+    """A whole traced workflow.
+
+    ``params_schema`` / ``output_schema``: the JSON Schemas of its parameters and return
+    type (SPEC §21), from ``params`` (not dumped: the schemas stand for it); ``output``: what
+    it returns, as an output template (see :mod:`brain.dsl.output`), ``None`` for nothing.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True,
+                              arbitrary_types_allowed=True)
 
     name: str
     description: str | None = None
@@ -270,6 +291,10 @@ class WorkflowSpec(_Frozen):
     concurrency_key: str | None = None
     source_file: str | None = None
     groups: tuple[ForEachSpec, ...] = ()
+    params_schema: dict[str, Any] = Field(default_factory=lambda: ParamsSpec().schema)
+    output_schema: dict[str, Any] | None = None
+    output: Any = None
+    params: ParamsSpec = Field(default_factory=ParamsSpec, exclude=True, repr=False)
 
     @property
     def graph(self) -> WorkflowGraph:
@@ -312,6 +337,13 @@ class WorkflowSpec(_Frozen):
         shape: dict[str, Any] = {"name": self.name, "steps": steps}
         if self.groups:
             shape["groups"] = [g.model_dump(mode="json") for g in self.groups]
+        # Parameters and the returned value count only when declared (older workflows
+        # keep their hash).
+        if self.params.names:
+            shape["params"] = self.params_schema
+        if self.output is not None:
+            shape["output"] = self.output
+            shape["output_schema"] = self.output_schema
         text = json.dumps(shape, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 

@@ -30,7 +30,7 @@ def _call(options: dict[str, Any], wrapped: Callable[..., Any], instance: Any,
     except TypeError as exc:
         raise tracer.error(name, f"cannot call {wrapped.__name__}(): {exc}") from None
     refs: list[str] = []
-    arguments = {k: tracer.deep_template(name, f"argument {k!r}", v, refs)
+    arguments = {k: tracer.deep_template(name, f"argument {k!r}", v, refs, typed=True)
                  for k, v in bound.arguments.items()}
     opts = common_options(tracer, name, options.get("timeout_seconds"), options.get("retries", 0),
                           options.get("retry_delay_seconds", 1.0), options.get("max_output_bytes"))

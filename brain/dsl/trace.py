@@ -15,6 +15,8 @@ from brain import placeholders
 from brain._errors import PlaceholderError, WorkflowDefinitionError
 from brain.dsl.model import WorkflowSpec
 from brain.dsl.nodes import MISUSE, TriggerField
+from brain.dsl.output import output_template
+from brain.dsl.params import ParamNode, ParamsSpec, read_params
 from brain.dsl.tracing import current_tracer, tracing
 from brain.dsl.triggers import TriggerSpec
 
@@ -34,11 +36,13 @@ def _check_trigger_identities(where: str, triggers: Sequence[TriggerSpec]) -> No
         seen.add(key)
 
 
-def _check_concurrency_key(where: str, key: object, limit: int | None) -> str | None:
-    """``concurrency_key=``: text whose placeholders are all trigger fields, with a limit."""
+def _check_concurrency_key(where: str, key: object, limit: int | None,
+                           params: ParamsSpec) -> str | None:
+    """``concurrency_key=``: text whose placeholders are all trigger fields or parameters,
+    with a limit."""
     if key is None:
         return None
-    key = str(key) if isinstance(key, TriggerField) else key
+    key = str(key) if isinstance(key, (TriggerField, ParamNode)) else key
     if not isinstance(key, str) or not key.strip():
         raise WorkflowDefinitionError(f"{where}: concurrency_key must be a text of trigger "
                                       f"placeholders, e.g. '{{trigger.headers.x-repo}}'")
@@ -50,14 +54,40 @@ def _check_concurrency_key(where: str, key: object, limit: int | None) -> str | 
     except PlaceholderError as exc:
         raise WorkflowDefinitionError(f"{where}: concurrency_key: {exc}") from None
     for ref in found:
-        if ref.kind != "trigger":
+        if ref.kind == "params":
+            problem = params.field_problem(tuple(ref.name.split(".")))
+            if problem is not None:
+                raise WorkflowDefinitionError(f"{where}: concurrency_key: {problem}")
+        elif ref.kind != "trigger":
             raise WorkflowDefinitionError(
                 f"{where}: concurrency_key is resolved when the run is queued, before any "
-                f"step runs: only trigger fields may appear in it, not {ref.text}")
+                f"step runs: only trigger fields and parameters may appear in it, "
+                f"not {ref.text}")
     return key
 
 
-def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerSpec],
+def _check_trigger_params(where: str, params: ParamsSpec,
+                          triggers: Sequence[TriggerSpec]) -> None:
+    """Each trigger must be able to supply the required parameters (SPEC §21): a schedule
+    gives its ``params=`` (validated now), a webhook a JSON body's keys; a watch only the
+    defaults."""
+    for trig in triggers:
+        given = getattr(trig, "params", None)
+        if trig.type in ("cron", "every"):
+            try:
+                params.validate(given or {})
+            except ValueError as exc:
+                lines = str(exc).replace("\n", "; ")
+                raise WorkflowDefinitionError(
+                    f"{where}: its {trig.type} trigger ({trig.key()}) does not supply valid "
+                    f"parameters: {lines} (give them with params={{...}})") from None
+        elif trig.type == "watch" and params.required:
+            raise WorkflowDefinitionError(
+                f"{where}: a watch trigger cannot supply the required parameters "
+                f"{', '.join(params.required)}: give them defaults")
+
+
+def trace_workflow(fn: Callable[..., Any], name: str, triggers: Sequence[TriggerSpec],
                    description: str | None, max_concurrent_runs: int | None,
                    concurrency_key: object = None) -> WorkflowSpec:
     """Trace ``fn`` into the spec of workflow ``name``: its steps, their edges, its triggers.
@@ -69,20 +99,15 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
         raise WorkflowDefinitionError(f"{where}: a workflow name is letters, digits, '_' and '-'")
     if inspect.iscoroutinefunction(fn):
         raise WorkflowDefinitionError(f"{where}: a workflow is a plain def (its steps may be async)")
-    required = [p.name for p in inspect.signature(fn).parameters.values()
-                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if required:
-        raise WorkflowDefinitionError(
-            f"{where}: a workflow takes no required parameters (got {', '.join(required)}); "
-            f"its input is `trigger`")
+    params = read_params(fn, name)
     if current_tracer() is not None:
         raise WorkflowDefinitionError(f"{where}: workflows cannot be defined while tracing another")
     if max_concurrent_runs is not None and max_concurrent_runs < 1:
         raise WorkflowDefinitionError(f"{where}: max_concurrent_runs must be at least 1")
-    key = _check_concurrency_key(where, concurrency_key, max_concurrent_runs)
-    with tracing(name) as tracer:
+    key = _check_concurrency_key(where, concurrency_key, max_concurrent_runs, params)
+    with tracing(name, params) as tracer:
         try:
-            fn()
+            returned = fn(**{n: ParamNode((n,), params) for n in params.names})
         except WorkflowDefinitionError as exc:
             text = str(exc)
             if text.startswith(where):
@@ -91,7 +116,7 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
             raise WorkflowDefinitionError(f"{where}: {text}").with_traceback(
                 exc.__traceback__) from None
         except TypeError as exc:  # json.dumps(node) and friends
-            if "StepNode" in str(exc) or "TriggerField" in str(exc):
+            if any(t in str(exc) for t in ("StepNode", "TriggerField", "ParamNode")):
                 raise WorkflowDefinitionError(f"{where}: {MISUSE}").with_traceback(
                     exc.__traceback__) from None
             raise
@@ -103,6 +128,8 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
         if problem:
             raise WorkflowDefinitionError(f"{where}: {problem}")
     _check_trigger_identities(where, triggers)
+    _check_trigger_params(where, params, triggers)
+    output = output_template(returned, where, tracer.positions)
     try:
         source = inspect.getsourcefile(fn)
     except TypeError:
@@ -111,4 +138,6 @@ def trace_workflow(fn: Callable[[], Any], name: str, triggers: Sequence[TriggerS
                         steps=tuple(tracer.steps), triggers=tuple(triggers),
                         max_concurrent_runs=max_concurrent_runs, concurrency_key=key,
                         source_file=os.path.abspath(source) if source else None,
-                        groups=tuple(tracer.groups))
+                        groups=tuple(tracer.groups), params=params,
+                        params_schema=params.schema, output_schema=params.output_schema,
+                        output=output)

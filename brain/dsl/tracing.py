@@ -10,8 +10,9 @@ from typing import Any
 
 from brain import placeholders
 from brain._errors import WorkflowDefinitionError
-from brain.dsl.model import AnyStepSpec, Condition, ForEachSpec, SecretRef
+from brain.dsl.model import AnyStepSpec, Condition, ForEachSpec, ParamRef, SecretRef
 from brain.dsl.nodes import EachNode, NotNode, PreviousNode, StepNode, _Lazy
+from brain.dsl.params import NotParam, ParamNode, ParamsSpec, is_param_key, param_key
 
 #: The most elements a ``for_each`` block takes (SPEC §12).
 MAX_ITEMS = 1000
@@ -27,8 +28,10 @@ def current_tracer() -> Tracer | None:
 class Tracer:
     """Collects step specs in call order and the order edges between them."""
 
-    def __init__(self, workflow: str) -> None:
+    def __init__(self, workflow: str, params: ParamsSpec | None = None) -> None:
         self.workflow = workflow
+        #: The workflow's parameters (SPEC §21): what ``{params.X}`` may name.
+        self.params = params or ParamsSpec(workflow=workflow)
         self.steps: list[AnyStepSpec] = []
         self.positions: dict[str, int] = {}
         self.frontier: tuple[str, ...] = ()
@@ -94,14 +97,23 @@ class Tracer:
                 refs.append(ref.name)
             elif ref.kind == "previous":
                 self.previous.setdefault(step, []).append(ref.name)
+            elif ref.kind == "params":
+                problem = self.params.field_problem(tuple(ref.name.split(".")))
+                if problem is not None:
+                    raise self.error(step, problem)
             elif ref.kind == "each" and (self.group is None or ref.name != self.group.item_name):
                 inside = "" if self.group is None else \
                     f" (this block's element is {{each.{self.group.item_name}}})"
                 raise self.error(step, f"{ref.text} is used outside the for_each block that "
                                        f"names it{inside}")
 
-    def deep_template(self, step: str, field: str, value: Any, refs: list[str]) -> Any:
-        """Convert nodes at any depth to template text; check the rest is JSON data."""
+    def deep_template(self, step: str, field: str, value: Any, refs: list[str],
+                      typed: bool = False) -> Any:
+        """Convert nodes at any depth to template text; check the rest is JSON data.
+        ``typed`` (``@step`` arguments): a parameter is kept as a :class:`ParamRef`, so
+        the function gets its typed value."""
+        if typed and isinstance(value, ParamNode):
+            return ParamRef(path=value._path)
         if isinstance(value, _Lazy):
             return self.template(step, field, value, refs)
         if isinstance(value, SecretRef):
@@ -110,13 +122,13 @@ class Tracer:
             self.collect_refs(step, value, refs)
             return value
         if isinstance(value, (list, tuple)):
-            return [self.deep_template(step, field, v, refs) for v in value]
+            return [self.deep_template(step, field, v, refs, typed) for v in value]
         if isinstance(value, dict):
             out = {}
             for k, v in value.items():
                 if not isinstance(k, str):
                     raise self.error(step, f"{field}: dict keys must be strings, not {k!r}")
-                out[k] = self.deep_template(step, field, v, refs)
+                out[k] = self.deep_template(step, field, v, refs, typed)
             return out
         if value is None or isinstance(value, (bool, int, float)):
             return value
@@ -146,6 +158,8 @@ class Tracer:
 
     def condition(self, step: str | None, node: object) -> Condition:
         """The condition ``node`` (a step output, or ``~`` one) stands for."""
+        if isinstance(node, (ParamNode, NotParam)):
+            return self.param_condition(step, node)
         negated = isinstance(node, NotNode)
         if isinstance(node, NotNode):
             node = node._node
@@ -165,6 +179,15 @@ class Tracer:
                                    f"after the block its output is a list, not a condition")
         return Condition(step=node._name, negated=negated)
 
+    def param_condition(self, step: str | None, node: ParamNode | NotParam) -> Condition:
+        """``when=dry_run`` / ``when=~dry_run``: the parameter is (not) JSON ``true``."""
+        param = node._node if isinstance(node, NotParam) else node
+        if len(param._path) == 1 and self.params.kind_of(param._path[0]) not in ("boolean", None):
+            raise self.error(step, f"when takes a bool parameter, and {param._path[0]!r} is a "
+                                   f"{self.params.kind_of(param._path[0])}: compute the "
+                                   f"condition in a @step returning a bool")
+        return Condition(step=param_key(param._path), negated=isinstance(node, NotParam))
+
     def placement(self, name: str, refs: list[str], after_names: list[str],
                   when: object = None) -> dict[str, Any]:
         """Where a new step sits: its position, what it waits for and reads, its conditions
@@ -174,8 +197,9 @@ class Tracer:
             own = self.condition(name, when)
             if own not in conditions:
                 conditions.append(own)
-        waits = [c.step for c in conditions]
-        if self.group is not None and self.group.items_step is not None:
+        waits = [c.step for c in conditions if not is_param_key(c.step)]
+        if self.group is not None and self.group.items_step is not None and \
+                not is_param_key(self.group.items_step):
             waits.append(self.group.items_step)
         return {"position": len(self.steps),
                 "upstream": self.upstream(self.order_upstream(), refs, after_names, waits),
@@ -221,9 +245,9 @@ class Tracer:
 
 
 @contextmanager
-def tracing(workflow: str) -> Iterator[Tracer]:
+def tracing(workflow: str, params: ParamsSpec | None = None) -> Iterator[Tracer]:
     """Make a new tracer current while the workflow function runs."""
-    tracer = Tracer(workflow)
+    tracer = Tracer(workflow, params)
     token = _current.set(tracer)
     try:
         yield tracer
@@ -317,6 +341,12 @@ def for_each(items: object, *, max_parallel: int = 4, name: str = "item") -> Ite
             raise tracer.error(None, f"for_each over {items._name!r}, which is not an earlier "
                                      f"step of this workflow")
         spec = ForEachSpec(index=index, items=str(items), items_step=items._name,
+                           item_name=name, max_parallel=max_parallel)
+    elif isinstance(items, ParamNode):
+        if len(items._path) == 1 and tracer.params.kind_of(items._path[0]) not in ("array", None):
+            raise tracer.error(None, f"for_each over parameter {items._path[0]!r}, which is a "
+                                     f"{tracer.params.kind_of(items._path[0])}, not a list")
+        spec = ForEachSpec(index=index, items=str(items), items_step=param_key(items._path),
                            item_name=name, max_parallel=max_parallel)
     elif isinstance(items, (list, tuple)):
         if len(items) > MAX_ITEMS:

@@ -12,8 +12,9 @@ by its content, never by its position in the list.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,6 +55,14 @@ class _Trigger(BaseModel):
         raise NotImplementedError
 
 
+def _params_key(params: dict[str, Any] | None) -> str:
+    """A schedule's parameters as part of its identity (nothing when it has none, so
+    triggers written before parameters keep their keys)."""
+    if not params:
+        return ""
+    return " " + json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 class CronTrigger(_Trigger):
     """Fires on a 5-field cron expression in an IANA time zone."""
 
@@ -62,6 +71,8 @@ class CronTrigger(_Trigger):
     timezone: str = "UTC"
     catchup: str = "latest"
     overlap: str = "skip"
+    #: The parameters its runs get (SPEC §21), validated when the workflow is decorated.
+    params: dict[str, Any] | None = None
 
     def _content_problem(self) -> str | None:
         # The expression and zone are checked with APScheduler, which computes fire times later.
@@ -86,7 +97,7 @@ class CronTrigger(_Trigger):
         return None
 
     def _content_key(self) -> str:
-        return f"cron:{' '.join(self.expr.split())}@{self.timezone}"
+        return f"cron:{' '.join(self.expr.split())}@{self.timezone}" + _params_key(self.params)
 
 
 class EveryTrigger(_Trigger):
@@ -95,6 +106,8 @@ class EveryTrigger(_Trigger):
     type: Literal["every"] = "every"
     seconds: float
     overlap: str = "skip"
+    #: The parameters its runs get (SPEC §21), validated when the workflow is decorated.
+    params: dict[str, Any] | None = None
 
     def _content_problem(self) -> str | None:
         if not self.seconds > 0:
@@ -105,7 +118,8 @@ class EveryTrigger(_Trigger):
 
     def _content_key(self) -> str:
         seconds = float(self.seconds)  # one spelling per value: 300 and 300.0 are "300"
-        return f"every:{int(seconds) if seconds.is_integer() else repr(seconds)}"
+        return f"every:{int(seconds) if seconds.is_integer() else repr(seconds)}" + \
+            _params_key(self.params)
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -166,17 +180,35 @@ TriggerSpec = Annotated[CronTrigger | EveryTrigger | WebhookTrigger | WatchTrigg
 
 
 def cron(expr: str, timezone: str = "UTC", catchup: Catchup = "latest", overlap: Overlap = "skip",
-         name: str | None = None) -> CronTrigger:
+         name: str | None = None, params: dict[str, Any] | None = None) -> CronTrigger:
     """Run on a cron schedule, e.g. ``cron("0 9 * * *", timezone="Europe/Bucharest")``.
 
     ``name="nightly"`` keeps the fire history (catch-up) when the expression changes.
+    ``params={"service": "api"}``: the workflow's parameters for its runs (checked when
+    the workflow is decorated; defaults fill the rest).
     """
-    return CronTrigger(expr=expr, timezone=timezone, catchup=catchup, overlap=overlap, name=name)
+    return CronTrigger(expr=expr, timezone=timezone, catchup=catchup, overlap=overlap, name=name,
+                       params=_params_arg(params))
 
 
-def every(seconds: float, overlap: Overlap = "skip", name: str | None = None) -> EveryTrigger:
-    """Run every ``seconds`` seconds, e.g. ``every(seconds=300)``; ``name=`` as for :func:`cron`."""
-    return EveryTrigger(seconds=seconds, overlap=overlap, name=name)
+def every(seconds: float, overlap: Overlap = "skip", name: str | None = None,
+          params: dict[str, Any] | None = None) -> EveryTrigger:
+    """Run every ``seconds`` seconds, e.g. ``every(seconds=300)``; ``name=`` and ``params=``
+    as for :func:`cron`."""
+    return EveryTrigger(seconds=seconds, overlap=overlap, name=name, params=_params_arg(params))
+
+
+def _params_arg(params: Any) -> dict[str, Any] | None:
+    """``params=`` of a schedule: a dict of JSON values (a ``TypeError`` otherwise)."""
+    if params is None:
+        return None
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise TypeError(f"params= takes a dict of parameter values, not {params!r}")
+    try:
+        json.dumps(params)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"params= holds values that are not JSON: {exc}") from None
+    return dict(params)
 
 
 def webhook(secret_env: str, path: str | None = None, wait_seconds: float = 30,

@@ -9,8 +9,8 @@ from functools import lru_cache
 from typing import Any
 
 from brain import placeholders
-from brain._errors import StepFailed
-from brain.dsl.model import FunctionStepSpec, SecretRef
+from brain._errors import PlaceholderError, StepFailed
+from brain.dsl.model import FunctionStepSpec, ParamRef, SecretRef
 from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
 from brain.executors.capture import capturing
 from brain.executors.threads import run_in_thread
@@ -90,6 +90,8 @@ def output_text(result: Any) -> str:
 
 
 def _templated(raw: Any) -> bool:
+    if isinstance(raw, ParamRef):
+        return True
     if isinstance(raw, str):
         return placeholders.has_placeholders(raw)
     if isinstance(raw, list):
@@ -104,6 +106,16 @@ def _resolve_deep(raw: Any, resolve: Resolve, secrets: list[str],
     """(shown, real) values of an argument: strings resolved, secrets read."""
     if isinstance(raw, str):
         value = resolve(raw, False)
+        return value, value
+    if isinstance(raw, ParamRef):  # a run parameter given whole: its typed value
+        param = getattr(resolve, "param", None)
+        if param is None:
+            raise StepFailed(f"argument {raw.template}: this run has no parameters",
+                             retryable=False)
+        try:
+            value = param(raw.path)
+        except PlaceholderError as exc:
+            raise StepFailed(str(exc), retryable=False) from None
         return value, value
     if isinstance(raw, SecretRef):
         value = read_secret(raw, lenient=mocked)

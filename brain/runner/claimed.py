@@ -140,7 +140,7 @@ async def _execute_claimed(wf: RunnableWorkflow, store: RunStore, row: RunRecord
                              outputs=await store.step_outputs(run_id),
                              tries={n: s.tries for n, s in run.steps.items()},
                              executors=executors, abandon_on_cancel=abandon_on_cancel,
-                             loaded=loaded, waits=waits, context=context)
+                             loaded=loaded, waits=waits, context=context, params=row.params)
     await execution.execute()
     return await store.get_run(run_id)
 

@@ -92,8 +92,9 @@ class LocalQueue(Protocol):
         ...
 
     async def enqueue(self, wf: RunnableWorkflow, trigger: TriggerData, *,
-                      trigger_key: str) -> tuple[str | None, bool]:
-        """Queue a run of ``wf``; ``(run_id, created)``."""
+                      trigger_key: str,
+                      params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
+        """Queue a run of ``wf`` with ``params`` (validated first); ``(run_id, created)``."""
         ...
 
 

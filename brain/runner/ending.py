@@ -6,9 +6,13 @@ queues its failure handlers in the same write as its end.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
+from brain.dsl.model import WorkflowSpec
+from brain.dsl.output import resolve_output
 from brain.results import RunStatus, StepStatus
 from brain.runner.record import Outcome, Recorder
 from brain.store.base import QueuedRun
@@ -39,6 +43,8 @@ class End:
     failed_step: tuple[str | None, str | None] | None = None
     #: Whether each of ``steps`` gets its event once the run has ended.
     emit: bool = True
+    #: What the workflow returned (JSON text), for a run that succeeded (SPEC §21).
+    output: str | None = None
 
 
 def end_of(stopped: list[str], unstarted: list[str], failure: Outcome | None,
@@ -68,6 +74,24 @@ def end_of(stopped: list[str], unstarted: list[str], failure: Outcome | None,
     return End(RunStatus.SUCCEEDED, instances=(StepStatus.SKIPPED, None))
 
 
+def with_output(end: End, spec: WorkflowSpec, outputs: Mapping[str, str],
+                params: Mapping[str, Any], secrets: Callable[[Any], Any]) -> End:
+    """A succeeded run's end with what its workflow returned (resolved from the steps'
+    outputs and the parameters, validated against the return type, secrets scrubbed by
+    ``secrets``); a failed end when it does not validate (SPEC §21)."""
+    if end.run is not RunStatus.SUCCEEDED or spec.output is None:
+        return end
+    in_blocks = {name for group in spec.groups for name in group.steps}
+    value = resolve_output(spec.output, {s.name: s for s in spec.steps}, outputs, params,
+                           in_blocks.__contains__)
+    try:
+        value = spec.params.validate_output(value)
+    except ValueError as exc:
+        return End(RunStatus.FAILED, str(exc), failed_step=(None, None), emit=False)
+    return replace(end, output=json.dumps(secrets(value), ensure_ascii=False,
+                                          separators=(",", ":")))
+
+
 async def write_end(end: End, recorder: Recorder, failures: list[Outcome], *, has_blocks: bool,
                     failure_runs: FailureRuns) -> RunStatus:
     """Write ``end``: failures not written with their step first, then each row's steps,
@@ -85,7 +109,8 @@ async def write_end(end: End, recorder: Recorder, failures: list[Outcome], *, ha
     then_queue: list[QueuedRun] = []
     if end.failed_step is not None:
         then_queue = failure_runs(end.error or "failed", *end.failed_step)
-    await store.finish_run(run_id, end.run, end.error, owner=owner, then_queue=then_queue)
+    await store.finish_run(run_id, end.run, end.error, owner=owner, then_queue=then_queue,
+                           output=end.output)
     if end.emit:
         for steps in end.steps:
             recorder.emit_all(steps.names, str(steps.status))

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from brain._errors import LeaseLost
 from brain._secrets import make_undumpable
@@ -27,14 +28,14 @@ from brain.runner.attempt import StepRunner
 from brain.runner.blocks import expand_block, gather_block, run_instance_step
 from brain.runner.children import ChildSteps, room_open
 from brain.runner.context import RunContext, context_for
-from brain.runner.ending import end_of, write_end
+from brain.runner.ending import end_of, with_output, write_end
 from brain.runner.events import EventHandler, LogHandler
 from brain.runner.lease import Lease
 from brain.runner.plan import Plan, Unit
 from brain.runner.queueing import failure_runs
 from brain.runner.record import Outcome, Recorder
-from brain.runner.texts import internal_error
-from brain.runner.values import Values
+from brain.runner.texts import internal_error, scrub_deep
+from brain.runner.values import Values, param_outputs
 from brain.runner.waiting import LOOK_SECONDS, WaitRoom, WaitsFound
 from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import RunStore
@@ -61,7 +62,8 @@ class RunExecution:
                  previous_outputs: dict[str, str] | None = None,
                  abandon_on_cancel: Callable[[], bool] | None = None,
                  loaded: Mapping[str, RunnableWorkflow] | None = None,
-                 waits: WaitsFound | None = None, context: RunContext | None = None) -> None:
+                 waits: WaitsFound | None = None, context: RunContext | None = None,
+                 params: Mapping[str, Any] | None = None) -> None:
         self.context = context_for(context, on_event, on_log)
         self.wf = wf
         self.store = store
@@ -72,8 +74,11 @@ class RunExecution:
         self.loaded = loaded
         self.executors = executors or default_executors(self.context.settings.llm)
         self.plan = Plan(wf.spec, outputs)
+        self.params: Mapping[str, Any] = params or {}
+        self.plan.outputs.update(param_outputs(wf.spec, self.params))
         self.values = Values(trigger, self.plan.outputs,
-                             None if previous_outputs is None else dict(previous_outputs))
+                             None if previous_outputs is None else dict(previous_outputs),
+                             self.params)
         self.lease = Lease(store, run_id, owner, lease_seconds)
         self.recorder = Recorder(store, run_id, owner, {s.name: s.kind for s in wf.spec.steps},
                                  self.context.observers, workflow=wf.name)
@@ -266,6 +271,8 @@ class RunExecution:
         unstarted = [n for n in self.plan.unstarted() if n not in self.waits.failed]
         end = end_of(stopped, unstarted, failures[0] if failures else None,
                      self.plan.missing(), self.cancel_reason)
+        end = with_output(end, self.wf.spec, self.plan.outputs, self.params,
+                          lambda value: scrub_deep(value, ()))
         runs = partial(failure_runs, self.wf, self.trigger, self.run_id, loaded=self.loaded)
         try:
             return await write_end(end, self.recorder, failures,

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import shlex
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from brain._clock import utcnow
 from brain._owners import new_owner
@@ -62,8 +63,12 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                            executors: Mapping[str, Executor] | None = None,
                            previous_outputs: dict[str, str] | None = None,
                            on_wait: WaitHandler | None = None,
-                           context: RunContext | None = None) -> RunResult:
+                           context: RunContext | None = None,
+                           params: Mapping[str, Any] | None = None) -> RunResult:
     """Record a new run of ``wf``, execute it in this process, and return its result.
+
+    ``params`` are validated first (:class:`~brain.WorkflowInputError`, and nothing is
+    recorded, when they do not validate).
 
     ``on_event`` is told of every step's change of status, ``on_log`` of new lines of
     steps' logs (as they are stored). A run whose steps wait (SPEC §16) is waited for
@@ -73,10 +78,10 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
     """
     context = context_for(context, on_event, on_log)
     trig = TriggerData.from_input(trigger)
+    run = new_run(wf, trig, params)  # validated before anything is opened or recorded
     context.secrets.protect(wf)  # before the trigger is stored
     async with _store_for(store, context.loans) as st:
         owner = new_owner()
-        run = new_run(wf, trig)  # recorded running at once, not queued
         run_id = run.run_id
         lease = context.settings.lease_seconds
         decided = on_taken(Event.STARTED, StoredRun(wf.name, wf.definition_hash),
@@ -87,10 +92,11 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
         await st.create_run(run_id=run_id, workflow=run.workflow,
                             definition_hash=run.definition_hash, trigger=run.trigger,
                             step_rows=run.step_rows, owner=owner, lease_seconds=lease,
-                            previous_run_id=previous)
+                            previous_run_id=previous, params=run.params)
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
                                  lease_seconds=lease, executors=executors,
-                                 previous_outputs=previous_outputs, context=context)
+                                 previous_outputs=previous_outputs, context=context,
+                                 params=run.params)
         ended = announce_start(context.observers, RunEvent(run_id, wf.name, "started",
                                                            trig.event))
         await execution.execute()

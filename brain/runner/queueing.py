@@ -31,7 +31,8 @@ class QueueStore(Protocol):
                           trigger_key: str | None = None, delivery_id: str | None = None,
                           fire_time: datetime | None = None,
                           max_queued: int | None = None,
-                          concurrency_key: str | None = None) -> tuple[str | None, bool]:
+                          concurrency_key: str | None = None,
+                          params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
 
@@ -41,21 +42,27 @@ def queue_limit() -> int:
     return env_int("BRAIN_MAX_QUEUED_RUNS", 1000)
 
 
-def new_run(wf: RunnableWorkflow, trigger: TriggerData) -> QueuedRun:
-    """A new run of ``wf`` as it is queued: a fresh id, the definition, a row per step, and
-    its concurrency key resolved from ``trigger``."""
+def new_run(wf: RunnableWorkflow, trigger: TriggerData,
+            params: Mapping[str, Any] | None = None) -> QueuedRun:
+    """A new run of ``wf`` as it is queued: a fresh id, the definition, a row per step, its
+    parameters validated (defaults applied; :class:`~brain.WorkflowInputError` before
+    anything is queued) and its concurrency key resolved from ``trigger`` and them."""
+    valid = wf.spec.params.validate(params)
     return QueuedRun(run_id=uuid.uuid4().hex, workflow=wf.name,
                      definition_hash=wf.definition_hash, trigger=trigger,
                      step_rows=[(s.name, s.kind) for s in wf.spec.steps],
-                     concurrency_key=concurrency_key_of(wf.spec.concurrency_key, trigger))
+                     concurrency_key=concurrency_key_of(wf.spec.concurrency_key, trigger, valid),
+                     params=valid)
 
 
 #: A key longer than this is kept as its start and a digest of the whole.
 KEY_CHARS = 200
 
 
-def concurrency_key_of(template: str | None, trigger: TriggerData) -> str | None:
-    """A workflow's ``concurrency_key`` filled in from a run's trigger (SPEC §19): a trigger
+def concurrency_key_of(template: str | None, trigger: TriggerData,
+                       params: Mapping[str, Any] | None = None) -> str | None:
+    """A workflow's ``concurrency_key`` filled in from a run's trigger and parameters (SPEC
+    §19, §21): a trigger
     field the run does not have (a header not sent) counts as empty text, so such runs
     share one key rather than being refused; secrets the process knows are scrubbed; a
     long key is cut, with a digest of the whole so keys that differ stay apart."""
@@ -68,7 +75,7 @@ def concurrency_key_of(template: str | None, trigger: TriggerData) -> str | None
     from brain._secrets import scrub
     from brain.runner.values import Values
 
-    values = Values(trigger, {}, None)
+    values = Values(trigger, {}, None, params)
 
     def lookup(ref: placeholders.Ref) -> str:
         try:
@@ -91,7 +98,7 @@ async def enqueue(store: QueueStore, run: QueuedRun, *, trigger_key: str | None,
         run_id=run.run_id, workflow=run.workflow, definition_hash=run.definition_hash,
         trigger=run.trigger, step_rows=run.step_rows, trigger_key=trigger_key,
         delivery_id=delivery_id, fire_time=fire_time, max_queued=max_queued,
-        concurrency_key=run.concurrency_key)
+        concurrency_key=run.concurrency_key, params=run.params)
 
 
 def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error: str,
@@ -131,35 +138,57 @@ def failure_of(run: RunResult) -> dict[str, Any] | None:
 
 
 async def enqueue_here_or_there(wf: RunnableWorkflow, trigger: TriggerData, *,
-                                trigger_key: str, queues: LocalQueues | None = None) -> str:
+                                trigger_key: str, queues: LocalQueues | None = None,
+                                params: Mapping[str, Any] | None = None) -> str:
     """Queue a run of ``wf`` from this process (``Workflow.enqueue``): to the queue of a
     service in this process serving it, else into ``BRAIN_DATABASE_URL`` (through the
     store this process keeps for a PostgreSQL URL) for a serving process to take, under
-    the same queue limit either way."""
+    the same queue limit either way. ``params`` are validated before anything is queued."""
     return (await enqueue_many_here_or_there(wf, [trigger], trigger_key=trigger_key,
-                                             queues=queues))[0]
+                                             queues=queues, params=[params]))[0]
 
 
 async def enqueue_many_here_or_there(wf: RunnableWorkflow, triggers: Sequence[TriggerData], *,
-                                     trigger_key: str,
-                                     queues: LocalQueues | None = None) -> list[str]:
-    """Queue a run of ``wf`` per trigger (``Workflow.enqueue_many``); their ids, in order.
+                                     trigger_key: str, queues: LocalQueues | None = None,
+                                     params: Sequence[Mapping[str, Any] | None] | None = None
+                                     ) -> list[str]:
+    """Queue a run of ``wf`` per trigger (``Workflow.enqueue_many``), with the parameters at
+    the same place of ``params``; their ids, in order. Every run's parameters are validated
+    before any is queued (:class:`~brain.WorkflowInputError` names the bad one).
 
     Into ``BRAIN_DATABASE_URL`` they go in one transaction, all or none (the queue limit
     counts them all); a service in this process serving ``wf`` (found in ``queues``, by
     default the process's) takes them one by one."""
+    given = list(params) if params is not None else [None] * len(triggers)
+    runs = [_new_run_at(wf, t, p, i if len(triggers) > 1 else None)
+            for i, (t, p) in enumerate(zip(triggers, given, strict=True))]
     queue = (queues or PROCESS_QUEUES).serving(wf)
     if queue is not None:
         ids = []
-        for trigger in triggers:
-            run_id, _ = await queue.enqueue(wf, trigger, trigger_key=trigger_key)
+        for run in runs:
+            run_id, _ = await queue.enqueue(wf, run.trigger, trigger_key=trigger_key,
+                                            params=run.params)
             ids.append(str(run_id))
         return ids
     from brain.store.kept import store_for_url
 
     async with store_for_url() as store:
-        return await store.enqueue_runs([new_run(wf, t) for t in triggers],
-                                        trigger_key=trigger_key, max_queued=queue_limit())
+        return await store.enqueue_runs(runs, trigger_key=trigger_key, max_queued=queue_limit())
+
+
+def _new_run_at(wf: RunnableWorkflow, trigger: TriggerData, params: Mapping[str, Any] | None,
+                index: int | None) -> QueuedRun:
+    """:func:`new_run`; a batch's invalid item is named by its place (``loc`` starts with
+    it)."""
+    from brain._errors import WorkflowInputError
+
+    try:
+        return new_run(wf, trigger, params)
+    except WorkflowInputError as exc:
+        if index is None:
+            raise
+        raise WorkflowInputError([{**e, "loc": [index, *list(e["loc"])]}  # type: ignore[call-overload]
+                                  for e in exc.errors], exc.workflow) from None
 
 
 __all__ = ["LocalQueue", "QueueStore", "concurrency_key_of", "enqueue", "enqueue_here_or_there",

@@ -175,11 +175,14 @@ class BrainService:
 
     async def enqueue(self, wf: RunnableWorkflow, trigger: TriggerData, *, trigger_key: str,
                       delivery_id: str | None = None,
-                      fire_time: datetime | None = None) -> tuple[str | None, bool]:
-        """Commit a queued run; ``(run_id, created)`` (see ``Store.enqueue_run``)."""
+                      fire_time: datetime | None = None,
+                      params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
+        """Commit a queued run; ``(run_id, created)`` (see ``Store.enqueue_run``). ``params``
+        are validated first (:class:`~brain.WorkflowInputError`: nothing is queued)."""
         from brain.runner.queueing import enqueue, new_run
 
-        run_id, created = await enqueue(self.store, new_run(wf, trigger), trigger_key=trigger_key,
+        run = new_run(wf, trigger, params)
+        run_id, created = await enqueue(self.store, run, trigger_key=trigger_key,
                                         max_queued=self.max_queued, delivery_id=delivery_id,
                                         fire_time=fire_time)
         if created:

@@ -94,23 +94,25 @@ class BrainApi:
     # --- starting and ending runs --------------------------------------------------------
 
     async def start(self, workflow: str | RunnableWorkflow, trigger: TriggerData | None = None,
-                    *, trigger_key: str = "api",
-                    delivery_id: str | None = None) -> tuple[str, bool]:
+                    *, trigger_key: str = "api", delivery_id: str | None = None,
+                    params: Mapping[str, Any] | None = None) -> tuple[str, bool]:
         """Queue a run of ``workflow`` (a loaded one's name, or the workflow itself) with
-        ``trigger``; committed when this returns. ``(run_id, created)``: with a
-        ``delivery_id`` seen before, the run queued then and ``False``.
+        ``trigger`` and ``params``; committed when this returns. ``(run_id, created)``: with
+        a ``delivery_id`` seen before, the run queued then and ``False``.
 
-        :class:`UnknownWorkflow` for a name not loaded; :class:`QueueFull` past the queue
-        limit (``BRAIN_MAX_QUEUED_RUNS``)."""
+        :class:`UnknownWorkflow` for a name not loaded; :class:`~brain.WorkflowInputError`
+        for parameters that do not validate (checked before anything is queued);
+        :class:`QueueFull` past the queue limit (``BRAIN_MAX_QUEUED_RUNS``)."""
         wf = self.workflow(workflow) if isinstance(workflow, str) else workflow
         trigger = trigger or TriggerData(event="manual")
+        valid = wf.spec.params.validate(params)  # before anything is queued
         if self._service is not None:
             run_id, created = await self._service.enqueue(wf, trigger, trigger_key=trigger_key,
-                                                          delivery_id=delivery_id)
+                                                          delivery_id=delivery_id, params=valid)
         else:
             from brain.runner.queueing import enqueue, new_run, queue_limit
 
-            run_id, created = await enqueue(self._store, new_run(wf, trigger),
+            run_id, created = await enqueue(self._store, new_run(wf, trigger, valid),
                                             trigger_key=trigger_key, max_queued=queue_limit(),
                                             delivery_id=delivery_id)
         assert run_id is not None  # only a schedule's skipped fire has none

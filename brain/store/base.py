@@ -8,8 +8,9 @@ PostgreSQL, behind the backends of :mod:`brain.store.backend`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from brain._secrets import scrub
 from brain.results import TriggerData
@@ -48,6 +49,8 @@ class RunRecord:
     retry_of: str | None = None
     #: Its concurrency key (SPEC §19), if its workflow has one.
     concurrency_key: str | None = None
+    #: Its validated parameters (SPEC §21): what resumes and retries reuse.
+    params: dict[str, Any] = field(default_factory=dict)
     #: The run whose step queued it, when it is a child run (SPEC §22).
     parent_run_id: str | None = None
     #: ...and the step of it that did.
@@ -77,6 +80,8 @@ class QueuedRun:
     step_rows: Sequence[tuple[str, str]]
     #: Its concurrency key, resolved from the trigger (SPEC §19).
     concurrency_key: str | None = None
+    #: Its validated parameters (SPEC §21).
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 def stored_trigger(trigger: TriggerData) -> TriggerData:

@@ -132,9 +132,8 @@ class ChildRuns(UsesBackend):
             if created:
                 row, step_values = queued_run_rows(
                     child.run_id, child.workflow, child.definition_hash, child.trigger,
-                    child.step_rows, now, trigger_key="parent",
-                    concurrency_key=child.concurrency_key, depth=depth, **ids,
-                    **_params_of(child))
+                    child.step_rows, now, child.params, trigger_key="parent",
+                    concurrency_key=child.concurrency_key, depth=depth, **ids)
                 for sql, params in run_statements(row, step_values):
                     conn.write(sql, params)
             shown = {**waiting_for, "run_id": child_id}
@@ -165,9 +164,3 @@ class ChildRuns(UsesBackend):
             return "", None, None
         return rows[0]["status"], rows[0]["output"], rows[0]["error"]
 
-
-def _params_of(child: QueuedRun) -> dict[str, Any]:
-    """The child's validated parameters as the run row keeps them (SPEC §21), when the
-    queued run carries them."""
-    params = getattr(child, "params", None)
-    return {} if params is None else {"params": json.dumps(params, ensure_ascii=False)}

@@ -68,8 +68,10 @@ class RecordStore(Protocol):
     async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
                          trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                          owner: str | None = None, lease_seconds: float = 30,
-                         previous_run_id: str | None = None) -> datetime:
-        """Insert a run and its pending steps; queued, or running under ``owner``'s lease."""
+                         previous_run_id: str | None = None,
+                         params: Mapping[str, Any] | None = None) -> datetime:
+        """Insert a run and its pending steps; queued, or running under ``owner``'s lease;
+        ``params``: its validated parameters (SPEC §21)."""
         ...
 
     async def set_previous_run(self, run_id: str, previous_run_id: str | None, *,
@@ -165,8 +167,10 @@ class RecordStore(Protocol):
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,
-                         then_queue: Sequence[QueuedRun] = ()) -> datetime:
-        """Record the run's end and release its lease; queue ``then_queue`` with it."""
+                         then_queue: Sequence[QueuedRun] = (),
+                         output: str | None = None) -> datetime:
+        """Record the run's end and release its lease; queue ``then_queue`` with it;
+        ``output``: what its workflow returned (JSON text, SPEC §21)."""
         ...
 
 
@@ -193,7 +197,8 @@ class ClaimStore(Protocol):
                           trigger_key: str | None = None, delivery_id: str | None = None,
                           fire_time: datetime | None = None,
                           max_queued: int | None = None,
-                          concurrency_key: str | None = None) -> tuple[str | None, bool]:
+                          concurrency_key: str | None = None,
+                          params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
 

@@ -16,8 +16,8 @@ from typing import Any
 RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "trigger_body",
                "trigger_path", "trigger_headers", "error", "previous_run_id", "created_at",
                "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
-               "trigger_key", "delivery_id", "retry_of", "concurrency_key",
-               "parent_run_id", "parent_step", "parent_try", "depth")
+               "trigger_key", "delivery_id", "retry_of", "concurrency_key", "params",
+               "output", "parent_run_id", "parent_step", "parent_try", "depth")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
                 "error", "stderr", "started_at", "ended_at", "waiting_for", "decision", "usage",
                 "progress")
@@ -68,6 +68,7 @@ HOLDS_LEASE = ("UPDATE brain_runs SET lease_owner = :owner "
 SET_DEFINITION = ("UPDATE brain_runs SET definition_hash = :definition_hash "
                   "WHERE id = :run_id AND lease_owner = :owner")
 FINISH_RUN = ("UPDATE brain_runs SET status = :status, error = :error, ended_at = :now, "
+              "output = :output, "
               "lease_owner = NULL, lease_expires_at = NULL WHERE id = :run_id")
 OWNED = " AND lease_owner = :owner"
 

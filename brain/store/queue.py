@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import StoreError
@@ -60,7 +61,8 @@ class RunQueue(UsesBackend):
                           trigger_key: str | None = None, delivery_id: str | None = None,
                           fire_time: datetime | None = None,
                           max_queued: int | None = None,
-                          concurrency_key: str | None = None) -> tuple[str | None, bool]:
+                          concurrency_key: str | None = None,
+                          params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
         """Commit a queued run (and its schedule fire claim) in one transaction.
 
         Returns ``(run_id, True)`` when created; ``(first_run_id, False)`` for a
@@ -72,7 +74,8 @@ class RunQueue(UsesBackend):
             raise QueueFull(f"{max_queued} runs are already queued")
         now = utcnow()
         row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
-                                           now, trigger_key=trigger_key, delivery_id=delivery_id,
+                                           now, params, trigger_key=trigger_key,
+                                           delivery_id=delivery_id,
                                            concurrency_key=concurrency_key)
         statements: list[Statement] = []
         if fire_time is not None:
@@ -107,7 +110,7 @@ class RunQueue(UsesBackend):
         step_values: list[dict[str, object]] = []
         for q in runs:
             row, steps = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
-                                         q.step_rows, now, trigger_key=trigger_key,
+                                         q.step_rows, now, q.params, trigger_key=trigger_key,
                                          concurrency_key=q.concurrency_key)
             run_rows.append(row)
             step_values += steps

@@ -8,12 +8,21 @@ a failure handler and a retry look alike), and turns rows read back into
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from brain._errors import LeaseLost
-from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerData, step_order
+from brain._secrets import scrub
+from brain.results import (
+    RunResult,
+    RunStatus,
+    StepResult,
+    StepStatus,
+    TriggerData,
+    clean_text,
+    step_order,
+)
 from brain.store import queries
 from brain.store.backend import Backend, Connection, Row, Statement
 from brain.store.base import QueuedRun, RunRecord, stored_trigger
@@ -21,11 +30,14 @@ from brain.store.base import QueuedRun, RunRecord, stored_trigger
 
 def queued_run_rows(run_id: str, workflow: str, definition_hash: str, trigger: TriggerData,
                     step_rows: Sequence[tuple[str, str]], now: datetime,
+                    params: Mapping[str, Any] | None = None,
                     **columns: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The rows of a new run, ``queued``, and of its pending steps (``(name, kind)`` in call
-    order); the trigger as every store records it. ``columns`` adds or overrides run
-    columns (``trigger_key``, ``previous_run_id``...); every column has a value."""
+    order); the trigger and the parameters as every store records them. ``columns`` adds or
+    overrides run columns (``trigger_key``, ``previous_run_id``...); every column has a
+    value."""
     trigger = stored_trigger(trigger)
+    columns.setdefault("params", params_text(params))
     row: dict[str, Any] = dict.fromkeys(queries.RUN_COLUMNS)
     row.update(id=run_id, workflow=workflow, definition_hash=definition_hash,
                status=RunStatus.QUEUED.value, trigger_event=trigger.event,
@@ -80,7 +92,8 @@ def queue_statements(queued: Sequence[QueuedRun], now: datetime) -> list[Stateme
     statements: list[Statement] = []
     for q in queued:
         row, step_values = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
-                                           q.step_rows, now, trigger_key=q.trigger.event,
+                                           q.step_rows, now, q.params,
+                                           trigger_key=q.trigger.event,
                                            concurrency_key=q.concurrency_key)
         statements += run_statements(row, step_values)
     return statements
@@ -90,6 +103,31 @@ def insert_queued(conn: Connection, queued: Sequence[QueuedRun], now: datetime) 
     """Queue ``queued`` runs inside the caller's transaction."""
     for sql, params in queue_statements(queued, now):
         conn.write(sql, params)
+
+
+def params_text(params: Mapping[str, Any] | None) -> str | None:
+    """A run's parameters as stored: JSON, known secrets scrubbed from every string; ``None``
+    (read back as ``{}``) for none."""
+    if not params:
+        return None
+    return json.dumps(scrub_json(dict(params)), ensure_ascii=False, separators=(",", ":"))
+
+
+def scrub_json(value: Any) -> Any:
+    """A JSON value with every known secret scrubbed from its strings."""
+    if isinstance(value, str):
+        return clean_text(scrub(value)) or ""
+    if isinstance(value, dict):
+        return {k: scrub_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_json(v) for v in value]
+    return value
+
+
+def params_of(row: Row) -> dict[str, Any]:
+    """The parameters a run row records (``{}`` for none)."""
+    found = _json(row.get("params"))
+    return found if isinstance(found, dict) else {}
 
 
 def check_lease(changed: int, owner: str | None) -> None:
@@ -116,7 +154,7 @@ def run_record(row: Row) -> RunRecord:
                      cancel_requested=bool(row["cancel_requested"]),
                      lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
                      retry_of=row["retry_of"], concurrency_key=row.get("concurrency_key"),
-                     parent_run_id=row.get("parent_run_id"),
+                     params=params_of(row), parent_run_id=row.get("parent_run_id"),
                      parent_step=row.get("parent_step"))
 
 
@@ -145,5 +183,5 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                      error=row["error"], trigger=trigger_of(row), created_at=row["created_at"],
                      started_at=row["started_at"], ended_at=row["ended_at"],
                      previous_run_id=row["previous_run_id"], retry_of=row["retry_of"],
-                     concurrency_key=row.get("concurrency_key"), parent=parent_of(row),
-                     steps=steps)
+                     concurrency_key=row.get("concurrency_key"), params=params_of(row),
+                     output=_json(row.get("output")), parent=parent_of(row), steps=steps)

@@ -9,8 +9,9 @@ PostgreSQL).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import WORKFLOW_CHANGED, RunConflict, RunNotFound
@@ -39,15 +40,17 @@ class RunLifecycle(UsesBackend):
     async def create_run(self, *, run_id: str, workflow: str, definition_hash: str,
                          trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                          owner: str | None = None, lease_seconds: float = 30,
-                         previous_run_id: str | None = None) -> datetime:
+                         previous_run_id: str | None = None,
+                         params: Mapping[str, Any] | None = None) -> datetime:
         """Insert a run and its pending steps (``(name, kind)`` in call order) in one commit.
 
         With ``owner`` the run starts ``running`` under that owner's lease,
-        else it is ``queued``. Returns the creation time.
+        else it is ``queued``. ``params``: its validated parameters. Returns the creation
+        time.
         """
         now = utcnow()
         row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
-                                           now, previous_run_id=previous_run_id)
+                                           now, params, previous_run_id=previous_run_id)
         insert = queries.INSERT_RUN
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
@@ -110,18 +113,20 @@ class RunLifecycle(UsesBackend):
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,
-                         then_queue: Sequence[QueuedRun] = ()) -> datetime:
+                         then_queue: Sequence[QueuedRun] = (),
+                         output: str | None = None) -> datetime:
         """Record the run's end and release its lease (only ``owner``'s, when given).
 
         ``then_queue`` (failure handlers) are queued in the same transaction: never one
-        without the other, and never twice.
+        without the other, and never twice. ``output``: what the workflow returned, as
+        JSON text (SPEC §21).
         """
         now = utcnow()
         sql = (queries.FINISH_RUN + (queries.OWNED if owner is not None else "")
                + queries.RETURNING_PARENT)
-        message = clean_text(error)
+        message, stored = clean_text(error), clean_text(output)
         params = {"run_id": run_id, "status": status.value, "error": message,
-                  "now": now, "owner": owner}
+                  "now": now, "owner": owner, "output": stored}
 
         def job(conn: Connection) -> None:
             ended = conn.read(sql, params)
@@ -129,7 +134,7 @@ class RunLifecycle(UsesBackend):
             # A child's end ends its parent's wait; a run's end cancels its children still
             # going (SPEC §22): both in this transaction.
             if ended and ended[0]["parent_run_id"]:
-                end_parent_wait(conn, ended[0], status.value, None, message, now)
+                end_parent_wait(conn, ended[0], status.value, stored, message, now)
             if ended:
                 cancel_tree(conn, unfinished_children(conn, run_id), now)
             insert_queued(conn, then_queue, now)
@@ -189,7 +194,7 @@ class RunLifecycle(UsesBackend):
                 raise AlreadyRetried(full, str(retried[0]["id"]), str(retried[0]["status"]))
             new_id = uuid.uuid4().hex
             run_row, _ = queued_run_rows(new_id, original.workflow, original.definition_hash,
-                                         original.trigger, (), now,
+                                         original.trigger, (), now, original.params,
                                          previous_run_id=original.previous_run_id,
                                          trigger_key="retry", retry_of=full,
                                          concurrency_key=original.concurrency_key)

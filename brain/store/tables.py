@@ -95,6 +95,10 @@ runs = Table(
     Column("wakes", Integer, nullable=False, server_default="0"),
     # The run's concurrency key (SPEC §19), resolved from its trigger when it was queued.
     Column("concurrency_key", String(300)),
+    # Its validated parameters (JSON; NULL is {}) and, once it succeeded, what its workflow
+    # returned (JSON; SPEC §21).
+    Column("params", StoredText),
+    Column("output", StoredText),
     # A child run (SPEC §22): the run, step and try that queued it, and how deep it is (a run
     # nobody queued: NULL, depth 0). One child per try (the unique index).
     Column("parent_run_id", String(32)),

@@ -153,12 +153,14 @@ def _check_mocks(wf: Workflow, mocks: Mapping[str, Mock]) -> frozenset[str]:
 async def arun_workflow(wf: Workflow, trigger: object = None, *,
                         mocks: Mapping[str, Mock] | None = None, strict: bool = False,
                         previous: Mapping[str, str] | None = None,
-                        store: RunStore | None = None) -> MockedRunResult:
+                        store: RunStore | None = None,
+                        params: Mapping[str, Any] | None = None) -> MockedRunResult:
     """Async form of :func:`run_workflow`."""
     from brain.runner import run_workflow_now
     from brain.store import Store
     from brain.store.urls import MEMORY_URL
 
+    wf.validate_params(params)  # as every entry point: before anything is opened or stored
     mocks = dict(mocks or {})
     mocking = _Mocking(mocks, _check_mocks(wf, mocks), strict)
     executors = {kind: _MockingExecutor(real, mocking) for kind, real in default_executors().items()}
@@ -168,7 +170,8 @@ async def arun_workflow(wf: Workflow, trigger: object = None, *,
         await st.open()
     try:
         result = await run_workflow_now(wf, trigger, store=st, executors=executors,
-                                        previous_outputs=None if previous is None else dict(previous))
+                                        previous_outputs=None if previous is None else dict(previous),
+                                        params=params)
         queued = [r for r in await st.list_runs(status="queued", event="failure", limit=1000)
                   if (failure_of(r) or {}).get("run_id") == result.run_id]
     finally:
@@ -179,7 +182,8 @@ async def arun_workflow(wf: Workflow, trigger: object = None, *,
 
 def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mock] | None = None,
                  strict: bool = False, previous: Mapping[str, str] | None = None,
-                 store: RunStore | None = None) -> MockedRunResult:
+                 store: RunStore | None = None,
+                 params: Mapping[str, Any] | None = None) -> MockedRunResult:
     """Run ``wf`` with the real runner and the real store on a new SQLite database in
     memory (``sqlite:///:memory:``, thrown away after the run), with mocked steps.
 
@@ -192,7 +196,9 @@ def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mo
     JSON text. A mock of an ``llm()`` step with ``schema=`` is validated as a real
     answer would be: its output is the validated value's compact JSON, and a mock that
     does not match fails the step. Unmocked steps run for real unless ``strict=True``.
-    ``previous`` seeds ``{previous.X}``.
+    ``previous`` seeds ``{previous.X}``. ``params`` are the workflow's parameters,
+    validated as every way of starting a run does (:class:`~brain.WorkflowInputError`);
+    the result's ``output`` is what the workflow returned.
 
     >>> r = run_workflow(daily_digest, trigger={"body": "db outage"},    # doctest: +SKIP
     ...                  mocks={"recall": "memo A", "llm": "short"})
@@ -202,4 +208,4 @@ def run_workflow(wf: Workflow, trigger: object = None, *, mocks: Mapping[str, Mo
     from brain._sync import run_sync
 
     return run_sync(arun_workflow(wf, trigger, mocks=mocks, strict=strict, previous=previous,
-                                  store=store), thread_name="brain-run-workflow")
+                                  store=store, params=params), thread_name="brain-run-workflow")

@@ -595,21 +595,22 @@ def test_calling_run_on_a_workflow_while_tracing_another() -> None:
     assert "'inner_run'" in message
 
 
-def test_workflow_with_a_required_parameter() -> None:
-    def needs_input(text):
+def test_workflow_with_star_parameters() -> None:
+    def star(text, *rest):
         ok("a")
 
-    message = definition_error(needs_input)
+    message = definition_error(star)
     assert_names(message)
-    assert "text" in message
+    assert "*rest" in message
 
 
-def test_workflow_parameters_with_defaults_are_fine() -> None:
+def test_workflow_parameters_become_placeholders() -> None:
     @workflow
-    def defaults(greeting="hi", *rest, **more):
-        shell("a", argv=["echo", greeting])
+    def defaults(text, greeting="hi"):
+        shell("a", argv=["echo", greeting, text])
 
-    assert defaults.spec.steps[0].argv == ("echo", "hi")
+    assert defaults.spec.steps[0].argv == ("echo", "{params.greeting}", "{params.text}")
+    assert defaults.params_schema["required"] == ["text"]
 
 
 def test_helpers_outside_a_workflow() -> None:
