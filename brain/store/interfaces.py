@@ -131,7 +131,7 @@ class RecordStore(Protocol):
                           inputs: Mapping[str, Any], started_at: datetime,
                           waiting_for: Mapping[str, Any], timer: WaitTimer | None = None,
                           owner: str | None = None,
-                          max_depth: int = ...) -> tuple[str, bool] | None:
+                          max_depth: int = 16) -> tuple[str, bool] | None:
         """Queue a step's child run and record the step waiting for it, in one commit
         (SPEC §22); ``(child id, queued now)``, ``None`` when too deep."""
         ...

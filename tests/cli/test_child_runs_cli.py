@@ -54,4 +54,4 @@ def test_runs_parent_and_show_link_both_ways(tmp_path: Path, brain_cmd: list[str
     assert f"step greet runs child run {child_id} of greet (succeeded)" in shown_parent.stdout
 
     none = brain(brain_cmd, db, "runs", "--parent", child_id)
-    assert none.returncode == 0 and "no runs matching --parent" in none.stdout
+    assert none.returncode == 0 and "no runs matching --parent" in none.stderr

@@ -231,12 +231,14 @@ def _chain(levels: int) -> Any:
     def leaf() -> None:
         shell("echo", argv=["echo", "bottom"])
 
+    def calling(below: Any) -> Any:
+        def call() -> None:
+            below()
+        return call
+
     below = leaf
     for n in range(1, levels + 1):
-        def call(below: Any = below) -> None:
-            below()
-
-        below = workflow(name=f"depth-{n}")(call)
+        below = workflow(name=f"depth-{n}")(calling(below))
     return below
 
 
