@@ -172,3 +172,13 @@ async def test_the_parent_column_is_in_the_run_json(store: Any) -> None:
     data = (await store.get_run(child_id)).to_json_dict()
     assert json.loads(json.dumps(data))["parent"] == {"run_id": parent, "step": "sum"}
     assert (await store.get_run(parent)).to_json_dict()["parent"] is None
+
+
+async def test_waited_step_reads_one_steps_end(store: Any) -> None:
+    parent = await parent_run(store)
+    assert await store.waited_step(parent, "sum") == ("", None, None)  # it never waited
+    child_id, _ = await start(store, parent) or ("", False)
+    assert await store.waited_step(parent, "sum") == ("waiting", None, None)
+    await store.claim_run(child_id, "child:1:a", 600)
+    await store.finish_run(child_id, RunStatus.SUCCEEDED, owner="child:1:a", output='"done"')
+    assert await store.waited_step(parent, "sum") == ("succeeded", "done", None)
