@@ -137,7 +137,8 @@ async def _execute_claimed(wf: RunnableWorkflow, store: RunStore, row: RunRecord
         return await store.get_run(run_id)
     execution = RunExecution(wf, store, run_id, owner, trigger=row.trigger,
                              previous_run_id=previous, lease_seconds=lease,
-                             outputs=await store.step_outputs(run_id),
+                             outputs=({} if event is Event.STARTED  # nothing of it ran yet
+                                      else await store.step_outputs(run_id)),
                              tries={n: s.tries for n, s in run.steps.items()},
                              executors=executors, abandon_on_cancel=abandon_on_cancel,
                              loaded=loaded, waits=waits, context=context, params=row.params)
