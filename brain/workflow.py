@@ -165,6 +165,18 @@ class Workflow:
                                   on_wait=on_wait, observers=observers, params=params),
                         thread_name=f"brain-run-{self.name}")
 
+    def __str__(self) -> str:
+        """While another workflow is traced, ``f"{summarize}"`` is the placeholder of its
+        step named like this workflow (SPEC §22): ``{summarize}``."""
+        if current_tracer() is not None:
+            from brain.dsl.children import placeholder
+
+            return placeholder(self)
+        return repr(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
     def with_options(self, **options: Any) -> Callable[..., Any]:
         """Options for this workflow called as a child run (SPEC §22), as ``@step`` takes
         them: ``summarize.with_options(name="sum", timeout_seconds=600, retries=1)(url=u)``

@@ -77,6 +77,13 @@ def child_step(child: ChildWorkflow, params: Mapping[str, Any], **options: Any) 
     return tracer.add(spec)
 
 
+def placeholder(child: ChildWorkflow) -> str:
+    """``f"{summarize}"`` while tracing: the placeholder of the step named like the called
+    workflow (``{summarize}``; after a ``for_each`` block, the list of its outputs). A
+    workflow with no such step is a definition error where the text is used."""
+    return "{" + child.name + "}"
+
+
 def with_options(child: ChildWorkflow, run: Callable[..., Any],
                  **options: Any) -> Callable[..., Any]:
     """``wf.with_options(name=, timeout_seconds=, retries=, retry_delay_seconds=)``: called

@@ -280,3 +280,14 @@ def test_children_are_named_like_step_functions() -> None:
         child_text.with_options(name="third")(text="c")
 
     assert twice.graph.nodes == ("child_text", "child_text-2", "third")
+
+
+def test_the_workflow_in_an_f_string_is_its_steps_output() -> None:
+    @workflow
+    def quoting() -> None:
+        child_text(text="x")
+        shell("say", argv=["echo", f"child said {child_text}"])
+
+    assert quoting.graph.edges == (("child_text", "say"),)
+    result = run_workflow(quoting, mocks={"child_text": "X!"})
+    assert result.steps["say"].output == "child said X!"
