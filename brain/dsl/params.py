@@ -186,7 +186,7 @@ def read_params(fn: Callable[..., Any], workflow: str) -> ParamsSpec:
             star = "*" if p.kind is p.VAR_POSITIONAL else "**"
             raise WorkflowDefinitionError(
                 f"{where}: parameter {star}{p.name} is not allowed: a workflow's parameters "
-                f"are named, each with a type (SPEC: typed parameters)")
+                f"are named, each with a type")
         if p.kind is p.POSITIONAL_ONLY:
             raise WorkflowDefinitionError(
                 f"{where}: parameter {p.name!r} is positional-only: runs pass parameters by "

@@ -72,7 +72,8 @@ class CronTrigger(_Trigger):
     catchup: str = "latest"
     overlap: str = "skip"
     #: The parameters its runs get (SPEC §21), validated when the workflow is decorated.
-    params: dict[str, Any] | None = None
+    #: Left out of dumps: the edges that show triggers show it by name, when they do.
+    params: dict[str, Any] | None = Field(default=None, exclude=True)
 
     def _content_problem(self) -> str | None:
         # The expression and zone are checked with APScheduler, which computes fire times later.
@@ -107,7 +108,8 @@ class EveryTrigger(_Trigger):
     seconds: float
     overlap: str = "skip"
     #: The parameters its runs get (SPEC §21), validated when the workflow is decorated.
-    params: dict[str, Any] | None = None
+    #: Left out of dumps: the edges that show triggers show it by name, when they do.
+    params: dict[str, Any] | None = Field(default=None, exclude=True)
 
     def _content_problem(self) -> str | None:
         if not self.seconds > 0:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from brain import WorkflowInputError, for_each, shell, step, workflow
 from brain.results import RunStatus, TriggerData
+from brain.runner.queueing import new_run
 from brain.service.api import BrainApi
 from brain.store import Store
 from brain.testing import run_workflow
@@ -192,3 +193,16 @@ def test_hostile_parameter_values_stay_data_in_shell_steps(s: str, blob: dict[st
             len(s.encode()) < 200:
         assert result.steps["redir"].status == "succeeded"
         assert outputs["redir"] == s.rstrip("\n")
+
+
+@workflow(name="params_keyed", max_concurrent_runs=1, concurrency_key="{params.service}/{params.t.host}")
+def keyed(service: str, t: Target = Target(host="h1")) -> None:
+    shell("a", argv=["echo", service])
+
+
+async def test_a_concurrency_key_resolves_parameters_when_queued(db_url: str) -> None:
+    run_id = await keyed.enqueue(params={"service": "api"})
+    async with Store(db_url) as store:
+        assert (await store.get_run(run_id)).concurrency_key == "api/h1"
+    assert new_run(keyed, TriggerData(), {"service": "db", "t": {"host": "x"}}
+                   ).concurrency_key == "db/x"
