@@ -1,11 +1,13 @@
 """A GitHub push webhook → a short summary of what was pushed.
 
     brain run examples/github_push.py                         # the sample push below
-    brain run examples/github_push.py --body "$(cat push.json)"
+    brain run examples/github_push.py --event webhook --body "$(cat push.json)"
     GITHUB_WEBHOOK_SECRET=... brain serve examples/github_push.py
 
-No network: a @step parses the JSON body GitHub sends; a shell step prints the
-summary (put your chat or mail command there). With `brain serve`, point the
+No network and no parsing: the keys of the JSON object GitHub sends fill the
+workflow's parameters of the same names (ref, repository, pusher, commits, ...; the
+other keys are ignored), validated before the run is queued; a @step words them and
+a shell step prints the summary (put your chat or mail command there). With `brain serve`, point the
 repository's webhook (Settings → Webhooks, content type application/json, the
 same secret) at http://YOUR-HOST:8000/hooks/github/push. GitHub signs each
 delivery with X-Hub-Signature-256 and numbers it with X-GitHub-Delivery, so a
@@ -14,12 +16,12 @@ redelivery from GitHub's page answers with the first run and runs nothing twice
 summarised too.
 """
 
-import json
+from typing import Any
 
-from brain import shell, step, trigger, webhook, workflow
+from brain import shell, step, webhook, workflow
 
-# What a manual run (no --body) summarises: a trimmed-down real push payload.
-SAMPLE_PUSH = {
+# What a manual run (no parameters) summarises: a trimmed-down real push payload.
+SAMPLE_PUSH: dict[str, Any] = {
     "ref": "refs/heads/main",
     "compare": "https://github.com/octo-org/hello-world/compare/1a2b3c4d5e6f...9f8e7d6c5b4a",
     "repository": {"full_name": "octo-org/hello-world"},
@@ -35,17 +37,15 @@ MAX_COMMITS_SHOWN = 10
 
 
 @step
-def summarise_push(payload: str) -> str:
+def summarise_push(push: dict[str, Any]) -> str:
     """One line for the push, then one per commit (at most MAX_COMMITS_SHOWN)."""
-    push = json.loads(payload) if payload.strip() else SAMPLE_PUSH
-    if "zen" in push:  # the ping sent when the webhook is created
+    if push.get("zen"):  # the ping sent when the webhook is created
         return f"webhook ping for {push.get('repository', {}).get('full_name', '?')}: {push['zen']}"
-    repo = push["repository"]["full_name"]
-    ref = push["ref"]
-    branch = ref.removeprefix("refs/heads/").removeprefix("refs/tags/")
-    who = push.get("pusher", {}).get("name", "someone")
-    commits = push.get("commits", [])
-    if push.get("deleted"):
+    repo = push["repository"].get("full_name", "?")
+    branch = push["ref"].removeprefix("refs/heads/").removeprefix("refs/tags/")
+    who = push["pusher"].get("name", "someone")
+    commits = push["commits"]
+    if push["deleted"]:
         return f"{who} deleted {branch} in {repo}"
     lines = [f"{who} pushed {len(commits)} commit{'s' if len(commits) != 1 else ''} "
              f"to {repo} {branch}"]
@@ -54,15 +54,23 @@ def summarise_push(payload: str) -> str:
         lines.append(f"  {commit['id'][:7]} {title} ({commit['author']['name']})")
     if len(commits) > MAX_COMMITS_SHOWN:
         lines.append(f"  … and {len(commits) - MAX_COMMITS_SHOWN} more")
-    if push.get("compare"):
+    if push["compare"]:
         lines.append(push["compare"])
     return "\n".join(lines)
 
 
 @workflow(triggers=[webhook(secret_env="GITHUB_WEBHOOK_SECRET", path="github/push")])
-def github_push():
+def github_push(ref: str = SAMPLE_PUSH["ref"],
+                repository: dict[str, Any] = SAMPLE_PUSH["repository"],
+                pusher: dict[str, Any] = SAMPLE_PUSH["pusher"],
+                commits: list[dict[str, Any]] = SAMPLE_PUSH["commits"],
+                compare: str = SAMPLE_PUSH["compare"], deleted: bool = False,
+                zen: str | None = None) -> str:
     """Summarise a push: who pushed which commits to which branch."""
-    # {trigger.body} is the raw body: the JSON text GitHub sent. The @step parses it.
-    summary = summarise_push(trigger.body)
+    # The parameters arrive typed in the @step; {trigger.body} still has the raw JSON text.
+    summary = summarise_push({"ref": ref, "repository": repository, "pusher": pusher,
+                              "commits": commits, "compare": compare, "deleted": deleted,
+                              "zen": zen})
     # Stands for "post it somewhere": argv= needs no quoting, whatever the commit messages say.
     shell("announce", argv=["echo", summary])
+    return summary

@@ -149,6 +149,20 @@ def test_angle_brackets_inside_quotes_next_to_a_placeholder_are_text(
     assert not marker.exists() and sorted(p.name for p in where.iterdir()) == []
 
 
+@pytest.mark.parametrize("template", ['echo "$(cat 0<f)" {x}', 'echo "a `cat 0<f`" {x}',
+                                      "cat 0<f {x}", "cat 0<<<word {x}"])
+def test_a_numbered_input_redirection_outside_quoted_text_is_still_refused(template: str) -> None:
+    """Only quoted literal text is text: a descriptor before < in a command substitution,
+    even one inside "…", is still code the parser misreads."""
+    assert "names its descriptor" in (shell_problem(template) or "")
+
+
+@pytest.mark.parametrize("template", ['echo " 1<{x}>"', "printf '%s|' \" 1<{x}>\"",
+                                      "echo ' 0<' {x}", 'echo "0<<<" {x}'])
+def test_a_numbered_input_redirection_inside_quoted_text_is_text(template: str) -> None:
+    assert shell_problem(template) is None
+
+
 @pytest.mark.parametrize("template", ["echo {x}>out.txt", "echo {x}<in.txt",
                                       'echo "$(echo {x}>f)"', 'echo "a"{x}>f'])
 def test_a_bare_placeholder_right_before_a_redirection_is_still_refused(template: str) -> None:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import IO, Any
 
 from brain._version import __version__
+from brain.cli.params import param_option, params_option
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,6 +99,12 @@ def _workflow_commands(sub: Any) -> None:
     p = sub.add_parser("run", help="run a workflow now, with live step progress")
     p.add_argument("target", metavar="PATH[:WORKFLOW]",
                    help="a workflow file, or a folder holding one workflow (or named by :WORKFLOW)")
+    p.add_argument("-p", "--param", type=param_option, action="append", default=[],
+                   metavar="NAME=VALUE",
+                   help="a parameter of the workflow; the value is JSON when the parameter is "
+                        "not a str and it parses as JSON, else text; repeat for more")
+    p.add_argument("--params", type=params_option, default=None, metavar="JSON",
+                   help="the parameters as a JSON object (-p overrides its keys)")
     p.add_argument("--body", default=None, help="the trigger body ({trigger.body})")
     p.add_argument("--event", choices=EVENTS, default="manual",
                    help="the trigger event ({trigger.event}); default manual")
@@ -113,6 +120,9 @@ def _workflow_commands(sub: Any) -> None:
     p = sub.add_parser("check", help="trace and validate workflow files (or folders of them)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="workflow files or folders (default: .)")
+    p.add_argument("--json", action="store_true",
+                   help="print the workflows as JSON: name, file, description, steps, "
+                        "triggers, params_schema and output_schema")
 
     p = sub.add_parser("graph", help="show a workflow's steps and edges")
     p.add_argument("target", metavar="PATH[:WORKFLOW]",

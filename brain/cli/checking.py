@@ -5,27 +5,48 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING, Any
 
 from brain._errors import WorkflowLoadError
 from brain.cli import render
+
+if TYPE_CHECKING:
+    from brain.workflow import Workflow
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Load every workflow file named, and each folder's workflow files, as ``serve`` would.
 
-    What passes is said on stdout, one line per workflow; what fails on stderr."""
-    check = _Check()
+    What passes is said on stdout, one line per workflow (with ``--json``, a JSON list of
+    the workflows instead, see :func:`workflow_facts`); what fails on stderr."""
+    check = _Check(as_json=getattr(args, "json", False))
     for path in args.paths or ["."]:
         check.path(path)
+    if check.as_json:
+        from brain.cli.terminal import json_text
+
+        render.write_stdout(json_text(check.found, indent=2) + "\n")
     return 2 if check.bad else 0
+
+
+def workflow_facts(wf: Workflow) -> dict[str, Any]:
+    """What ``brain check --json`` says of a workflow: its name, file, description, step
+    names, triggers (no secret's variable), ``params_schema`` and ``output_schema``."""
+    return {"name": wf.name, "file": wf.spec.source_file, "description": wf.description,
+            "steps": [s.name for s in wf.spec.steps],
+            "triggers": [t.model_dump(mode="json", exclude={"secret_env"})
+                         for t in wf.triggers],
+            "params_schema": wf.params_schema, "output_schema": wf.output_schema}
 
 
 class _Check:
     """``brain check``'s tally: the problems found, and which file defined each workflow."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, as_json: bool = False) -> None:
         self.bad = 0
         self.seen: dict[str, str | None] = {}  # workflow name -> the file that defines it
+        self.as_json = as_json
+        self.found: list[dict[str, Any]] = []  # with --json: each good workflow's facts
 
     def problem(self, message: str) -> None:
         render.error(message)
@@ -39,7 +60,7 @@ class _Check:
             self.file(path, named=True)
             return
         files, skipped = scan_folder(path)
-        for file in skipped:
+        for file in skipped if not self.as_json else ():
             render.result(f"{file}: skipped, not a workflow file (it never mentions brain)",
                           dim=True)
         found, bad_before = 0, self.bad
@@ -65,6 +86,9 @@ class _Check:
             if first != wf.spec.source_file:
                 self.problem(f"workflow {wf.name!r} is defined twice: in {first} and "
                              f"{wf.spec.source_file}")
+                continue
+            if self.as_json:
+                self.found.append(workflow_facts(wf))
                 continue
             triggers = f", {render.plural(len(wf.triggers), 'trigger')}" if wf.triggers else ""
             render.result(f"{file}: {wf.name} ({render.plural(len(wf.spec.steps), 'step')}"

@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from brain._errors import BrainError
 from brain.cli import parse_age, render, run_trigger, settle, show
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from brain.runner.events import EventHandler, StepEvent
     from brain.service.api import BrainApi
     from brain.store import Store
+    from brain.workflow import Workflow
 
 T = TypeVar("T")
 
@@ -93,6 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from brain.loader import load_target
 
     wf = load_target(args.target)
+    params = _run_params(wf, args)
+    if params is None:
+        return 2
     trigger = run_trigger(args)
     progress = None if args.json else render.Progress(wf)
     on_log = None if args.quiet or args.json else \
@@ -117,7 +121,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert task is not None
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         try:
-            return await wf.arun(trigger, on_event=on_event, on_log=on_log, on_wait=on_wait)
+            return await wf.arun(trigger, params=params, on_event=on_event, on_log=on_log,
+                                 on_wait=on_wait)
         except asyncio.CancelledError:
             raise KeyboardInterrupt from None
 
@@ -137,6 +142,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.status == "failed" and wf.failure_handlers:
         _say_handlers_queued(result.run_id, [h.name for h in wf.failure_handlers])
     return 0 if result.succeeded else 1
+
+
+def _run_params(wf: Workflow, args: argparse.Namespace) -> dict[str, Any] | None:
+    """``brain run``'s ``-p`` and ``--params`` (over what a ``--body`` JSON object gives with
+    ``--event webhook``, as a delivery would), validated by the workflow (defaults applied);
+    ``None`` (after one error line per field on stderr) when they do not validate."""
+    from brain._errors import WorkflowInputError
+    from brain.cli.params import raw_params
+
+    base = dict(args.params or {})
+    if args.event == "webhook" and args.body is not None:
+        from brain.service.hooks import body_params
+
+        base = {**body_params(args.body, wf.params_schema), **base}
+    raw = raw_params(wf.params_schema, args.param, base)
+    try:
+        return wf.validate_params(raw)
+    except WorkflowInputError as exc:
+        for text in str(exc).splitlines():
+            render.error(text)
+        return None
 
 
 def _still_waiting(run_id: str) -> bool:

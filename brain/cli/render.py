@@ -225,11 +225,27 @@ def run_summary(result: RunResult) -> None:
     if result.started_at and result.ended_at:
         took = f" in {(result.ended_at - result.started_at).total_seconds():.2f}s"
     last = [s for s in result.steps.values() if s.status == "succeeded"]
-    if result.succeeded and last and last[-1].output:
+    if result.succeeded and result.output is not None:  # what the workflow returned
+        write_data(output_text(result.output) + "\n")
+    elif result.succeeded and last and last[-1].output:  # no return: the last step's output
         write_data(last[-1].output + "\n")
     err.print(line(f"run [bold]{result.run_id[:12]}[/] [{style}]{result.status}[/]{took}",
                    *((": ", data(result.error)) if result.error else ()),
                    f"  [dim](brain show {result.run_id[:12]})[/]"))
+
+
+def output_text(value: Any) -> str:
+    """A run's ``output`` as ``brain run`` prints it: text as it is, any other value as
+    indented JSON.
+
+    >>> output_text({"risky": False})
+    '{\\n  "risky": false\\n}'
+    """
+    if isinstance(value, str):
+        return value
+    from brain.cli.terminal import json_text
+
+    return json_text(value, indent=2)
 
 
 def new_table() -> Table:

@@ -15,11 +15,12 @@ from brain.cli.render import (
     lines_ended,
     new_table,
     out,
+    output_text,
     preview,
     print_table,
     when,
 )
-from brain.cli.terminal import shown
+from brain.cli.terminal import json_text, shown
 from brain.results import RunResult, StepResult
 
 
@@ -35,6 +36,10 @@ def run_detail(r: RunResult) -> None:
     body = ("  body: ", preview(r.trigger.body)) if r.trigger.body else ()
     path = ("  path: ", data(r.trigger.path)) if r.trigger.path else ()
     out.print(line("trigger: ", data(r.trigger.event), *body, *path))
+    if r.params:
+        out.print(line("params: ", data(json_text(r.params, separators=(", ", ": ")))))
+    if r.output is not None:
+        out.print(line("output: ", data(output_text(r.output))))
     if r.concurrency_key is not None:
         out.print(line("concurrency key: ", data(repr(r.concurrency_key))))
     since = waiting_since(r)

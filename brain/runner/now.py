@@ -111,7 +111,14 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
             # another executor took the run meanwhile, finish it here: it was accepted.
             resumed = await _resume_after_stall(wf, st, run_id, owner, lease,
                                                 executors=executors, context=context)
-            return resumed or await st.get_run(run_id)
+            if resumed is not None:
+                return resumed
+            result = await st.get_run(run_id)
+        if result.status not in FINISHED_RUN:
+            # Another executor holds the run now (this one lost its lease to it): it is still
+            # this call's run, so its end is waited for here (taken again if that one dies).
+            return await until_ended(wf, st, run_id, executors=executors, on_wait=on_wait,
+                                     context=context)
         return result
 
 

@@ -16,8 +16,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Operation, RequestBody
 from litestar.types import ExceptionHandlersMap
 
-from brain._errors import RunConflict, RunNotFound
-from brain.server.bodies import ApiError, RunAccepted, RunEnded
+from brain._errors import RunConflict, RunNotFound, WorkflowInputError
+from brain.server.bodies import ApiError, FieldError, RunAccepted, RunEnded
 from brain.service.api import InvalidInput, UnknownWorkflow
 from brain.store.queue import QueueFull
 
@@ -41,6 +41,25 @@ def _invalid(_: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]:
     return error_answer(400, str(exc))
 
 
+def _params_invalid(_: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]:
+    return params_answer(exc)  # type: ignore[arg-type]  # registered for WorkflowInputError
+
+
+def params_answer(exc: WorkflowInputError) -> Response[ApiError]:
+    """The 422 answer to parameters that do not validate: ``{"status_code": 422,
+    "detail": <one line per field>, "errors": [{"loc", "msg", "type"}, ...]}``."""
+    errors = [FieldError(loc=_loc(e.get("loc")), msg=str(e.get("msg", "")),
+                         type=str(e.get("type", ""))) for e in exc.errors]
+    return Response(ApiError(status_code=422, detail=str(exc) or "invalid parameters",
+                             errors=errors), status_code=422)
+
+
+def _loc(loc: object) -> list[str | int]:
+    """An error's ``loc`` as a list of names and indexes."""
+    parts = loc if isinstance(loc, (list, tuple)) else () if loc is None else (loc,)
+    return [p if isinstance(p, int) else str(p) for p in parts]
+
+
 def _queue_full(_: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]:
     return error_answer(429, f"too many queued runs ({exc}); retry later",
                         headers={"Retry-After": RETRY_AFTER_SECONDS})
@@ -49,6 +68,7 @@ def _queue_full(_: Request[Any, Any, Any], exc: Exception) -> Response[ApiError]
 #: The answers to The Brain's own errors, for every route that can meet them.
 DOMAIN_ERRORS: ExceptionHandlersMap = {RunNotFound: _not_found, UnknownWorkflow: _not_found,
                                        RunConflict: _conflict, InvalidInput: _invalid,
+                                       WorkflowInputError: _params_invalid,
                                        QueueFull: _queue_full}
 
 _ERROR_MEANINGS = {
@@ -57,6 +77,8 @@ _ERROR_MEANINGS = {
     404: "no such workflow or run", 409: "the run is in a state that does not allow this",
     413: "the body is too large (a webhook's: over 1 MiB)",
     415: "the body is not application/json",
+    422: "the parameters do not validate: errors has one {loc, msg, type} per field; "
+         "nothing was queued",
     429: "too many queued runs: retry after Retry-After seconds",
 }
 

@@ -33,6 +33,10 @@ Time = Annotated[str, Meta(description="ISO 8601 time with offset",
 class RunRequest(Struct):
     """Body of ``POST /api/workflows/{name}/runs``; an empty body is ``{}``."""
 
+    params: Annotated[dict[str, Any] | None, Meta(
+        description="the workflow's parameters by name (see its params_schema); validated, "
+                    "defaults applied, before anything is queued: 422 when they do not "
+                    "validate")] = None
     body: Annotated[Any, Meta(description="the run's trigger.body: text as is, other JSON "
                                           "stored as compact JSON text")] = None
     wait: Annotated[bool, Meta(description="answer when the run ends (200), or 202 after "
@@ -60,6 +64,8 @@ class RunEnded(Struct):
     run_id: str
     status: RunStatus
     error: str | None
+    output: Annotated[Any, Meta(description="what the workflow returned (null without a "
+                                            "return, or when the run did not succeed)")] = None
 
 
 class CancelRequested(Struct):
@@ -119,13 +125,24 @@ class SignalSent(Struct):
     resumed: list[ResumedStep]
 
 
+class FieldError(Struct):
+    """One invalid parameter (as pydantic words it): where, what, and its kind."""
+
+    loc: Annotated[list[str | int], Meta(description="the parameter's name, then the path "
+                                                     "inside its value")]
+    msg: str
+    type: Annotated[str, Meta(description="pydantic's error type, e.g. missing, int_parsing")]
+
+
 class ApiError(Struct, omit_defaults=True):
     """Every error answer: ``{"status_code", "detail"}`` (never a stack trace); input that
-    fails Litestar's own validation also carries ``extra``, a list of what was wrong."""
+    fails Litestar's own validation also carries ``extra``, a list of what was wrong;
+    parameters that do not validate (422) carry ``errors``, one per field."""
 
     status_code: int
     detail: str
     extra: list[dict[str, Any]] | dict[str, Any] | None = None
+    errors: list[FieldError] | None = None
 
 
 class ChangeEvent(Struct):
@@ -194,6 +211,10 @@ class RunDetail(Struct):
     concurrency_key: Annotated[str | None, Meta(
         description="the text the workflow's concurrency_key resolved to when the run was "
                     "queued (SPEC §19); its limit counts the runs with the same key")] = None
+    params: Annotated[dict[str, Any], Meta(
+        description="the validated parameters the run was started with (defaults applied)")] = {}
+    output: Annotated[Any, Meta(description="what the workflow returned, once the run "
+                                            "succeeded (null without a return)")] = None
     steps: list[StepDetail] = []
     usage: Annotated[dict[str, int] | None, Meta(
         description="the tokens all its llm steps spent (SPEC §18)")] = None
@@ -263,6 +284,8 @@ class TriggerSummary(Struct, kw_only=True):
     catchup: Annotated[str | UnsetType, Meta(description="cron: none, latest or all")] = UNSET
     seconds: Annotated[float | UnsetType, Meta(description="every: the period")] = UNSET
     overlap: Annotated[str | UnsetType, Meta(description="cron, every: skip or queue")] = UNSET
+    params: Annotated[dict[str, Any] | UnsetType, Meta(
+        description="cron, every: the parameters its runs get (left out: the defaults)")] = UNSET
     path: Annotated[str | UnsetType | None, Meta(description="webhook: its path; watch: the "
                                                              "folder watched")] = UNSET
     wait_seconds: Annotated[float | UnsetType, Meta(description="webhook")] = UNSET
@@ -306,11 +329,17 @@ class ForEachBlock(Struct):
 
 
 class WorkflowDetail(WorkflowSummary):
-    """One workflow: its summary, steps, edges and ``for_each`` blocks."""
+    """One workflow: its summary, steps, edges, ``for_each`` blocks, and the JSON Schemas
+    of its parameters and of its output."""
 
     steps: list[StepOutline]
     edges: list[tuple[str, str]]
     for_each: list[ForEachBlock]
+    params_schema: Annotated[dict[str, Any], Meta(
+        description="JSON Schema of the parameters object a run takes")]
+    output_schema: Annotated[dict[str, Any] | None, Meta(
+        description="JSON Schema of the output, from the return annotation (null without "
+                    "one)")]
 
 
 # --- builders --------------------------------------------------------------------------------------
@@ -332,6 +361,8 @@ def trigger_summary(trig: TriggerSpec, workflow: str, now: datetime) -> TriggerS
 
     # Built from the model's own dump, not converted: a value keeps its JSON (30 stays 30).
     item = trig.model_dump(mode="json", exclude={"secret_env"})
+    if item.get("params", {}) is None:  # a schedule without params= keeps its JSON as it was
+        del item["params"]
     if isinstance(trig, CronTrigger | EveryTrigger):
         upcoming = next_fire(trig, now)
         item["next_fire"] = upcoming.isoformat() if upcoming else None
@@ -361,4 +392,5 @@ def workflow_detail(wf: Workflow, now: datetime) -> WorkflowDetail:
     blocks = [ForEachBlock(index=i, label=g.label, steps=list(g.steps), max_parallel=g.max_parallel)
               for i, g in enumerate(graph.groups)]
     return WorkflowDetail(**_summary_fields(wf, now), steps=steps,
-                          edges=[(a, b) for a, b in graph.edges], for_each=blocks)
+                          edges=[(a, b) for a, b in graph.edges], for_each=blocks,
+                          params_schema=wf.params_schema, output_schema=wf.output_schema)

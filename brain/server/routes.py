@@ -25,6 +25,7 @@ from litestar.response import ServerSentEvent
 from litestar.types import ControllerRouterHandler
 
 from brain._clock import utcnow
+from brain._errors import WorkflowInputError
 from brain.results import TriggerData, clean_text
 from brain.server import security, webhooks
 from brain.server.access import ServiceAccess, provide_access, provide_changes
@@ -55,6 +56,7 @@ from brain.server.bodies import (
 )
 from brain.server.events import ChangeWatcher, follow_log, stream
 from brain.server.json_input import JsonApiRequest, json_only
+from brain.service.hooks import body_params
 from brain.store.queue import QueueFull
 
 
@@ -130,14 +132,15 @@ async def get_workflow(brain: NamedDependency[ServiceAccess], name: FromPath[str
 
 @post("/workflows/{name:str}/runs", status_code=202, guards=[json_only],
       operation_class=OptionalBodyOperation,
-      responses=documented(400, 404, 413, 415, 429, successes=QUEUED_OR_ENDED))
+      responses=documented(400, 404, 413, 415, 422, 429, successes=QUEUED_OR_ENDED))
 async def start_run(brain: NamedDependency[ServiceAccess], name: FromPath[str],
                     data: JSONBody[RunRequest | None] = None) -> Response[RunAccepted | RunEnded]:
-    """Queue a run: ``{"body": ..., "wait": false}``; with ``wait``, answer when it ends
-    (or 202 after 30 s)."""
+    """Queue a run: ``{"params": {...}, "body": ..., "wait": false}``; with ``wait``,
+    answer when it ends, with its ``output`` (or 202 after 30 s). Parameters that do not
+    validate: 422, one error per field, nothing queued."""
     data = data or RunRequest()
     trigger = TriggerData.from_input({"body": data.body}, event="manual")
-    run_id, _ = await brain.start(name, trigger, trigger_key="api")
+    run_id, _ = await brain.start(name, trigger, trigger_key="api", params=data.params or {})
     return await _answer(brain, run_id, data.wait, 30.0)
 
 
@@ -146,7 +149,8 @@ async def _answer(brain: ServiceAccess, run_id: str, wait: bool,
     if wait:
         ended = await brain.wait_for(run_id, seconds)
         if ended is not None:
-            return Response(RunEnded(run_id, ended.status, ended.error), status_code=200)
+            return Response(RunEnded(run_id, ended.status, ended.error, ended.output),
+                            status_code=200)
     return Response(RunAccepted(run_id), status_code=202)
 
 
@@ -271,11 +275,14 @@ async def metrics(brain: NamedDependency[ServiceAccess]) -> Response[bytes]:
 
 @post("/hooks/{path:path}", request_max_body_size=webhooks.MAX_BODY_BYTES, status_code=202,
       dependencies=_BRAIN, exception_handlers=DOMAIN_ERRORS,
-      responses=documented(400, 413, 429, successes=QUEUED_OR_ENDED))
+      responses=documented(400, 413, 422, 429, successes=QUEUED_OR_ENDED))
 async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependency[ServiceAccess],
                           path: FromPath[str],
                           wait: FromQuery[bool] = False) -> Response[RunAccepted | RunEnded]:
-    """A signed delivery: committed as a queued run before the answer."""
+    """A signed delivery: committed as a queued run before the answer. A body that is a
+    JSON object fills the workflow's parameters named by its keys (the others are ignored;
+    the raw body is still ``trigger.body``); parameters that do not validate: 422, nothing
+    queued."""
     hook = brain.hook(path.strip("/"))
     shown = hook.workflow.name if hook else ""
     length = request.headers.get("content-length")
@@ -297,11 +304,16 @@ async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependenc
     except UnicodeDecodeError:
         raise HTTPException(status_code=400, detail="the body is not UTF-8 text") from None
     trigger = TriggerData(event="webhook", body=text, headers=webhooks.stored_headers(headers))
+    params = body_params(text, hook.workflow.params_schema)
     try:
         run_id, created = await brain.start(hook.workflow, trigger, trigger_key="webhook",
-                                            delivery_id=webhooks.delivery_id(headers))
+                                            delivery_id=webhooks.delivery_id(headers),
+                                            params=params)
     except QueueFull:
         brain.count_delivery(shown, "throttled")
+        raise
+    except WorkflowInputError:
+        brain.count_delivery(shown, "refused")
         raise
     brain.count_delivery(shown, "accepted" if created else "duplicate")
     return await _answer(brain, run_id, wait, hook.trigger.wait_seconds)

@@ -92,3 +92,4 @@ def delivery_id(headers: Mapping[str, str]) -> str | None:
         digest = hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
         return f"sha256:{digest}"
     return value
+

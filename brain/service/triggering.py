@@ -1,4 +1,7 @@
-"""Schedules and file watchers: they only queue runs (through the service's enqueue)."""
+"""Schedules and file watchers: they only queue runs (through the service's enqueue).
+
+A schedule's fire queues its run with the trigger's ``params=``; a file event with the
+workflow's defaults (a workflow with a required parameter cannot have a watch)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
-from brain._errors import BrainError
+from brain._errors import BrainError, WorkflowInputError
 from brain.dsl.triggers import CronTrigger, EveryTrigger, WatchTrigger
 from brain.results import TriggerData
 from brain.triggers.schedule import trigger_key
@@ -119,20 +122,26 @@ class Triggers:
         self.metrics.lateness.labels(workflow).observe(
             max((utcnow() - fire_time).total_seconds(), 0.0))
         try:
-            await self.enqueue(wf, trigger, trigger_key=key, fire_time=fire_time)
+            await self.enqueue(wf, trigger, trigger_key=key, fire_time=fire_time,
+                               params=fire_params(trig))
+        except WorkflowInputError as exc:
+            # Checked when the workflow was defined, so only a definition changed under a
+            # live schedule gets here: trying again cannot help.
+            log.error("%s: %s fire at %s not queued: its params do not validate: %s",
+                      workflow, key, fire_time.isoformat(), "; ".join(str(exc).splitlines()))
         except Exception as exc:
             # Not lost: keep trying in the background (the claim is unique per fire time,
             # so a retry can never queue it twice).
             log.warning("%s: %s fire at %s not queued yet (%s); retrying", workflow, key,
                         fire_time.isoformat(), exc)
-            self._background(self._retry_fire(wf, key, trigger, fire_time))
+            self._background(self._retry_fire(wf, key, trig, trigger, fire_time))
 
     def _background(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self.tasks.append(task)
         task.add_done_callback(lambda t: self.tasks.remove(t) if t in self.tasks else None)
 
-    async def _retry_fire(self, wf: Workflow, key: str, trigger: TriggerData,
+    async def _retry_fire(self, wf: Workflow, key: str, trig: Any, trigger: TriggerData,
                           fire_time: datetime) -> None:
         """Queue a fire whose first try failed, with backoff, while its workflow is loaded
         (as it is now: a --reload in between queues the new definition)."""
@@ -147,7 +156,8 @@ class Triggers:
                             wf.name, key, when)
                 return
             try:
-                await self.enqueue(current, trigger, trigger_key=key, fire_time=fire_time)
+                await self.enqueue(current, trigger, trigger_key=key, fire_time=fire_time,
+                                   params=fire_params(trig))
             except Exception as exc:  # a database still away: try again
                 if not _worth_retrying(exc):
                     log.exception("%s: %s fire at %s cannot be queued", wf.name, key, when)
@@ -178,6 +188,12 @@ class Triggers:
             await self.enqueue(wf, trigger, trigger_key=key)
         except BrainError as exc:
             log.warning("%s: file event for %s not queued: %s", wf.name, trigger.path, exc)
+
+
+def fire_params(trig: CronTrigger | EveryTrigger) -> dict[str, Any]:
+    """The parameters a schedule's fire gives its run: the trigger's ``params=`` (checked
+    against the workflow when it was defined; the workflow's defaults fill the rest)."""
+    return dict(trig.params or {})
 
 
 def _worth_retrying(exc: Exception) -> bool:

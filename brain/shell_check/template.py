@@ -69,6 +69,22 @@ def _odd_blank(text: str) -> str | None:
         return f"contains the character U+{ord(odd):04X} (a space that is not a plain space)"
     return None
 
+def _quoted_text_hidden(root: Node, marked: str) -> str:
+    """``marked`` with the literal text inside quotes (``'…'``, and the plain parts of
+    ``"…"``) replaced by ``x``: what may be shell syntax, for the checks that read text.
+    A command substitution inside ``"…"`` stays, as it is code."""
+    source = bytearray(marked.encode())
+    for node in _walk(root):
+        if node.type == "string_content":
+            start, end = node.start_byte, node.end_byte
+        elif node.type == "raw_string":
+            start, end = node.start_byte + 1, node.end_byte - 1
+        else:
+            continue
+        source[start:end] = b"x" * (end - start)
+    return source.decode(errors="replace")
+
+
 def _global_problem(root: Node, marked: str) -> str | None:
     """Template-wide reasons no placeholder can be trusted."""
     # Quotes and backslashes removed, as the shell removes them from words: al''ias, a\lias.
@@ -81,7 +97,7 @@ def _global_problem(root: Node, marked: str) -> str | None:
     if _SET_DYNAMIC.search(marked):
         return ("set is given an option that is not written literally (set -o $opt could be "
                 "set -o keyword, which makes any NAME=value argument an assignment)")
-    if _NUMBERED_INPUT.search(marked):
+    if _NUMBERED_INPUT.search(_quoted_text_hidden(root, marked)):
         return ("an input redirection names its descriptor (0< or 0<<<), which the parser reads "
                 "as an argument; write < or <<< alone")
     if _LONE_DOLLAR.search(marked):

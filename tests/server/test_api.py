@@ -172,7 +172,7 @@ async def test_start_run_with_json_body_and_wait(api: ClientFactory) -> None:
         r = await client.post("/api/workflows/hello/runs", json={"body": {"x": [1, 2]}, "wait": True})
         assert r.status_code == 200, r.text
         data = r.json()
-        assert set(data) == {"run_id", "status", "error"}
+        assert set(data) == {"run_id", "status", "error", "output"}
         assert data["status"] == "succeeded"
         assert data["error"] is None
         run = (await client.get(f"/api/runs/{data['run_id']}")).json()

@@ -138,7 +138,7 @@ async def test_every_api_operation_documents_its_answers_and_body(client: Any) -
             assert body["required"] is needed, f"{where}: a body is required: {needed}"
     start = doc["paths"]["/api/workflows/{name}/runs"]["post"]
     request = object_schema(start["requestBody"]["content"]["application/json"]["schema"], doc)
-    assert set(request["properties"]) == {"body", "wait"}
+    assert set(request["properties"]) == {"params", "body", "wait"}
     assert request["properties"]["wait"]["type"] == "boolean"
     assert {"200", "202", "404", "415", "429"} <= set(start["responses"])
 

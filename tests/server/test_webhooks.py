@@ -355,7 +355,7 @@ def test_wait_true_answers_200_when_the_run_ends(server: BrainServer) -> None:
              wait="true")
     assert r.status_code == 200, r.text
     data = r.json()
-    assert set(data) == {"run_id", "status", "error"}
+    assert set(data) == {"run_id", "status", "error", "output"}
     assert data["status"] == "succeeded"
     assert data["error"] is None
     assert server.run(data["run_id"])["steps"][0]["output"] == "waited for"

@@ -1,6 +1,7 @@
 """The console (SPEC §13): workflows, runs and one run, server-rendered from templates.
 
-Readable without JavaScript; ``static/console.js`` adds live updates, "Run now",
+Readable without JavaScript; ``static/run_form.js`` adds "Run now" (each workflow's form,
+drawn from its parameters by ``run_form.py``), ``static/console.js`` live updates,
 "Cancel", "Retry", "Approve" / "Reject", copy buttons and a running step's progress,
 ``static/logs.js`` step logs. Live pages are drawn here only: on each change
 ``GET /api/events`` announces, the script fetches the page again and swaps in its parts.
@@ -38,6 +39,7 @@ from brain.server.access import ServiceAccess, provide_access
 from brain.server.bodies import workflow_summary
 from brain.server.console import deciding, labels, usage, waits
 from brain.server.console.rendering import allowed, render, run_seconds
+from brain.server.console.run_form import form_fields
 from brain.server.console.timeline import kept_step, timeline, took
 
 HERE = Path(__file__).parent
@@ -74,7 +76,8 @@ async def workflows_page(request: Request[Any, Any, Any], brain: NamedDependency
     for wf in brain.workflows.values():
         last = await brain.runs(workflow=wf.name, status=None, limit=1)
         rows.append({"summary": msgspec.to_builtins(workflow_summary(wf, now)),
-                     "last": last[0] if last else None})
+                     "last": last[0] if last else None,
+                     "fields": form_fields(wf.params_schema)})
     workers = await brain.workers()
     decisions = waits.waiting_decisions(await brain.decisions_waiting(DECISIONS_SHOWN))
     return render("workflows.html", workflows=rows, nav="workflows", workers=workers,
@@ -141,7 +144,17 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
                   tokens=usage.total_tokens(run.steps.values()),
                   step_tokens=lambda name: usage.tokens(run.steps[name]),
                   progress=lambda name: usage.progress(run.steps[name]),
+                  param_text=lambda v: v if isinstance(v, str) else json.dumps(
+                      v, ensure_ascii=False),
+                  output_text=_output_text(run.output),
                   **_waits(request, run))
+
+
+def _output_text(output: Any) -> str | None:
+    """A run's output as its page shows it: text as it is, other values as indented JSON."""
+    if output is None or isinstance(output, str):
+        return output
+    return json.dumps(output, indent=2, ensure_ascii=False)
 
 
 def _waits(request: Request[Any, Any, Any], run: RunResult) -> dict[str, Any]:

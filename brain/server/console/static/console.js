@@ -1,5 +1,6 @@
-// The Brain console: live pages, Run now, Cancel, Retry, Approve / Reject, copy buttons, a
-// running step's progress (and, from logs.js, loaded first, step logs).
+// The Brain console: live pages, Cancel, Retry, Approve / Reject, copy buttons, a
+// running step's progress (and, from logs.js, loaded first, step logs; from run_form.js,
+// the workflows' run forms).
 // Plain JavaScript, no build step; every page works (read-only) without it.
 //
 // A live page never draws a run itself: when /api/events says the run changed, it
@@ -29,22 +30,6 @@ function post(url, body) {
 function say(form, text) {
   const out = form.querySelector("output.result");
   if (out) out.textContent = text;
-}
-
-function runNowForms() {
-  for (const form of document.querySelectorAll("form.run-now")) {
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      const text = form.querySelector("textarea").value;
-      let body = text;
-      if (text.trim()) { try { body = JSON.parse(text); } catch (e) { body = text; } }
-      say(form, "starting…");
-      post("/api/workflows/" + encodeURIComponent(form.dataset.workflow) + "/runs",
-           text.trim() ? {body: body} : {})
-        .then((data) => { window.location.href = "/runs/" + data.run_id; })
-        .catch((err) => say(form, err.message));
-    });
-  }
 }
 
 function copyButtons() {
@@ -295,7 +280,6 @@ function liveRuns() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  runNowForms();
   copyButtons();
   livePage();
   liveRuns();
