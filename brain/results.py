@@ -157,6 +157,9 @@ class RunResult(BaseModel):
     #: What its workflow returned, resolved at the end of a succeeded run: the JSON value
     #: (``None`` when it returns nothing, or until it succeeds).
     output: Any = None
+    #: The run and step that queued it, when it is a child run (SPEC §22):
+    #: ``{"run_id": ..., "step": ...}``.
+    parent: dict[str, str] | None = None
     steps: dict[str, StepResult] = Field(default_factory=dict)
 
     @property

@@ -156,8 +156,8 @@ class Workflow:
         (see :meth:`arun`)."""
         if current_tracer() is not None:
             raise WorkflowDefinitionError(
-                f"workflow {self.name!r} was called while tracing another workflow: "
-                f"sub-workflows are not supported yet")
+                f"workflow {self.name!r}.run() was called while tracing another workflow: "
+                f"call it as {self.name}(name=value, ...) to record a child run")
         self.validate_params(params)  # raised here, in the caller's thread
         from brain._sync import run_sync
 
@@ -165,13 +165,38 @@ class Workflow:
                                   on_wait=on_wait, observers=observers, params=params),
                         thread_name=f"brain-run-{self.name}")
 
+    def __str__(self) -> str:
+        """While another workflow is traced, ``f"{summarize}"`` is the placeholder of its
+        step named like this workflow (SPEC §22): ``{summarize}``."""
+        if current_tracer() is not None:
+            from brain.dsl.children import placeholder
+
+            return placeholder(self)
+        return repr(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def with_options(self, **options: Any) -> Callable[..., Any]:
+        """Options for this workflow called as a child run (SPEC §22), as ``@step`` takes
+        them: ``summarize.with_options(name="sum", timeout_seconds=600, retries=1)(url=u)``
+        (``name``, ``timeout_seconds``, ``retries``, ``retry_delay_seconds``)."""
+        from brain.dsl.children import with_options
+
+        return with_options(self, lambda **params: self(**params), **options)
+
     def __call__(self, trigger: object = None, *, store: RunStore | str | None = None,
                  on_event: EventHandler | None = None, on_log: LogHandler | None = None,
                  on_wait: WaitHandler | None = None, observers: Sequence[RunObserver] = (),
                  params: Mapping[str, Any] | None = None, **kwargs: Any) -> RunResult:
         """Run now, as :meth:`run`: ``deploy(service="api", dry_run=True)`` passes the
         parameters by name (a parameter named like an option of :meth:`run` goes in
-        ``params={...}``)."""
+        ``params={...}``). Called while another workflow is traced, it records a child-run
+        step instead (SPEC §22) and returns its output's node."""
+        if current_tracer() is not None:
+            from brain.dsl.children import child_step
+
+            return child_step(self, _merged_params(params, kwargs) or {})  # type: ignore[return-value]
         return self.run(trigger, store=store, on_event=on_event, on_log=on_log,
                         on_wait=on_wait, observers=observers,
                         params=_merged_params(params, kwargs))

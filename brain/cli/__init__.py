@@ -151,6 +151,8 @@ def _run_commands(sub: Any) -> None:
     p.add_argument("--workflow", default=None)
     p.add_argument("--status", default=None,
                    choices=["queued", "running", "waiting", "succeeded", "failed", "cancelled"])
+    p.add_argument("--parent", default=None, metavar="RUN_ID",
+                   help="only the child runs of this run (an id or a unique prefix)")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true")
 

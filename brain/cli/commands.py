@@ -226,14 +226,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ValueError("--limit must be at least 1")
     results = with_api(lambda api: api.runs(workflow=args.workflow, status=args.status,
-                                            limit=args.limit))
+                                            limit=args.limit, parent=args.parent))
     if args.json:
         render.write_stdout(json_text([r.to_json_dict() for r in results]) + "\n")
     elif not results:  # say where: an unexpected database is the likely surprise
         from brain.store.urls import default_url, shown_database
 
         matching = "".join(f" --{k} {v}" for k, v in (("workflow", args.workflow),
-                                                       ("status", args.status)) if v)
+                                                       ("status", args.status),
+                                                       ("parent", args.parent)) if v)
         render.ok(f"no runs{' matching' + matching if matching else ''} in "
                   f"{shown_database(default_url())}")
     else:

@@ -30,6 +30,9 @@ def run_detail(r: RunResult) -> None:
                    f"  [{STYLE.get(str(r.status), '')}]{r.status}[/]"))
     if r.retry_of:
         out.print(line("retry of run ", data(r.retry_of)))
+    if r.parent:
+        out.print(line("child of run ", data(r.parent.get("run_id")), " (step ",
+                       data(r.parent.get("step")), ")"))
     body = ("  body: ", preview(r.trigger.body)) if r.trigger.body else ()
     path = ("  path: ", data(r.trigger.path)) if r.trigger.path else ()
     out.print(line("trigger: ", data(r.trigger.event), *body, *path))
@@ -61,6 +64,7 @@ def run_detail(r: RunResult) -> None:
             _what_it_printed(s.name, s.output, s.stderr)
     usage_and_progress(r)
     waits_and_decisions(r)
+    child_runs(r)
 
 
 def waiting_since(r: RunResult) -> datetime | None:
@@ -153,3 +157,13 @@ def _what_it_printed(name: str, output: str | None, stderr: str | None) -> None:
                        ":"))
         for each in lines[-SHOWN_LINES:]:
             out.print(Text(f"  {each}"))  # escaped above
+
+
+def child_runs(r: RunResult) -> None:
+    """The child run each ``workflow`` step queued (its latest try's): ``brain runs
+    --parent RUN_ID`` lists every one."""
+    for s in r.steps.values():
+        child = (s.waiting_for or {}).get("run_id") if s.kind == "workflow" else None
+        if child:
+            out.print(line("step ", data(s.name), " runs child run ", data(child), " of ",
+                           data((s.waiting_for or {}).get("workflow")), f" ({s.status})"))

@@ -230,12 +230,24 @@ class WaitForStepSpec(StepSpec):
     default: str | None = None
 
 
+class WorkflowStepSpec(StepSpec):
+    """A call of another workflow while this one is traced (SPEC §22): a child run of
+    ``workflow`` with ``arguments`` (its parameters; templates inside, resolved when the
+    step starts). ``child`` is the called workflow itself (not dumped: its name stands for
+    it)."""
+
+    kind: Literal["workflow"] = "workflow"
+    workflow: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    child: Any = Field(default=None, exclude=True, repr=False)
+
+
 #: The kinds of step that wait (SPEC §16), each with what it waits for as shown and counted
 #: (``waiting_for.kind``, the ``kind`` label of ``brain_runs_waiting``).
 WAIT_KINDS = {"sleep": "sleep", "approval": "approval", "wait_for": "signal"}
 
 AnyStepSpec = Annotated[ShellStepSpec | FunctionStepSpec | LlmStepSpec | McpStepSpec
-                        | SleepStepSpec | ApprovalStepSpec | WaitForStepSpec,
+                        | SleepStepSpec | ApprovalStepSpec | WaitForStepSpec | WorkflowStepSpec,
                         Field(discriminator="kind")]
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from brain.executors import Executor
     from brain.executors.waits import WaitRequest
+    from brain.runner.children import ChildSteps
     from brain.runner.lease import Lease
     from brain.runner.logwriter import LogWriter
     from brain.runner.values import Values
@@ -62,6 +63,8 @@ class StepRunner:
         self.room = room
         #: Steps the store has ``waiting`` already (the run was let go of and taken again).
         self.waiting = waiting
+        #: What runs the child steps (SPEC §22), set by the execution.
+        self.children: ChildSteps | None = None
 
     async def run(self, spec: StepSpec, scope: Scope | None = None) -> Outcome:
         """Run one step (or one instance of a block's step) to its final status."""
@@ -121,6 +124,9 @@ class StepRunner:
             msg = stored_text(exc.message if isinstance(exc, StepFailed) else describe(exc))
             return await self.fail_before_start(spec.name, msg or "failed", tries + 1)
         inputs = scrub_deep(prepared.inputs, prepared.secrets)
+        if "child" in prepared.payload and self.children is not None:  # a child run (SPEC §22)
+            return await self.children.run(spec, prepared.payload["child"],  # type: ignore[arg-type]
+                                           inputs, tries, started)
         if getattr(executor, "durable", False):
             return await self._wait(spec.name, prepared.payload["wait"], inputs, tries + 1,
                                     started)

@@ -18,7 +18,8 @@ from brain._clock import utcnow
 from brain._errors import LeaseLost
 from brain._owners import new_owner
 from brain.executors import Executor
-from brain.results import RunResult, RunStatus, StepStatus
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus
+from brain.runner.children import child_ended
 from brain.runner.context import RunContext, context_for, env_lease_seconds
 from brain.runner.engine import RunExecution
 from brain.runner.events import EventHandler, LogHandler, RunEvent
@@ -104,6 +105,8 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
                                     abandon_on_cancel=abandon_on_cancel, loaded=loaded,
                                     context=context)
     ended(result)
+    if row.parent_run_id is not None and result.status in FINISHED_RUN:
+        await child_ended(store, row.parent_run_id, row.parent_step, context)
     return result
 
 
@@ -134,7 +137,8 @@ async def _execute_claimed(wf: RunnableWorkflow, store: RunStore, row: RunRecord
         return await store.get_run(run_id)
     execution = RunExecution(wf, store, run_id, owner, trigger=row.trigger,
                              previous_run_id=previous, lease_seconds=lease,
-                             outputs=await store.step_outputs(run_id),
+                             outputs=({} if event is Event.STARTED  # nothing of it ran yet
+                                      else await store.step_outputs(run_id)),
                              tries={n: s.tries for n, s in run.steps.items()},
                              executors=executors, abandon_on_cancel=abandon_on_cancel,
                              loaded=loaded, waits=waits, context=context, params=row.params)
@@ -145,7 +149,9 @@ async def _execute_claimed(wf: RunnableWorkflow, store: RunStore, row: RunRecord
 def definition_of(wf: RunnableWorkflow) -> Definition:
     """The workflow as loaded here, as :mod:`~brain.runner.lifecycle` reads it."""
     return Definition(wf.name, wf.definition_hash,
-                      reads_previous=any(s.previous_refs for s in wf.spec.steps))
+                      reads_previous=any(s.previous_refs for s in wf.spec.steps),
+                      child_retries={s.name: s.retries for s in wf.spec.steps
+                                     if s.kind == "workflow"})
 
 
 def stored_run(row: RunRecord, states: Mapping[str, tuple[str, int]],
@@ -176,6 +182,10 @@ async def _decide(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: 
             decision = on_taken(event, run, definition_of(wf))
         else:
             decision = restamp_refused(run)
+    if decision.action is Action.CONTINUE and waits.failed:
+        # A child step tried again (a new child) is no failed wait any more.
+        waits = replace(waits, failed={n: e for n, e in waits.failed.items()
+                                       if n not in decision.steps})
     return decision, run, waits
 
 

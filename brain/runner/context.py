@@ -114,6 +114,14 @@ class LocalQueues:
         if queue in self._queues:
             self._queues.remove(queue)
 
+    def wake_all(self) -> None:
+        """New work may be queued (a child run ended, its parent woken): every queue that
+        can be woken looks now."""
+        for queue in list(self._queues):
+            wake = getattr(queue, "wake", None)
+            if wake is not None:
+                wake()
+
     def serving(self, wf: RunnableWorkflow) -> LocalQueue | None:
         """The first queue serving ``wf`` (this very definition), if any."""
         return next((q for q in list(self._queues) if q.serves(wf)), None)

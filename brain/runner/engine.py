@@ -26,6 +26,7 @@ from brain.executors import Executor, StepContext, default_executors
 from brain.results import RunStatus, TriggerData
 from brain.runner.attempt import StepRunner
 from brain.runner.blocks import expand_block, gather_block, run_instance_step
+from brain.runner.children import ChildSteps, room_open
 from brain.runner.context import RunContext, context_for
 from brain.runner.ending import end_of, with_output, write_end
 from brain.runner.events import EventHandler, LogHandler
@@ -89,6 +90,8 @@ class RunExecution:
         self.steps = StepRunner(self.plan, self.values, self.recorder, self.lease,
                                 self.executors, ctx, dict(tries or {}), self.room,
                                 self.waits.waiting)
+        self.steps.children = ChildSteps(store, run_id, owner, self.plan, self.recorder,
+                                         self.room, self.context, loaded)
         self.cancel_reason = "cancelled"
         #: When each block expanded in this execution (its own rows' start time).
         self._expanded: dict[str, datetime] = {}
@@ -111,7 +114,8 @@ class RunExecution:
             if self.plan.reads_previous() and self.values.previous is None:
                 self.values.previous = ({} if self.previous_run_id is None
                                         else await self.store.step_outputs(self.previous_run_id))
-            return await self._execute()
+            with room_open(self.run_id, self.room):  # its children's ends come at once
+                return await self._execute()
         finally:
             self.recorder.flusher.stop()
             await asyncio.shield(self._close_executors())

@@ -120,6 +120,9 @@ class Definition:
     workflow: str
     definition_hash: str
     reads_previous: bool = False
+    #: The retries of its child steps (SPEC §22), by step name: a child that failed while
+    #: nobody executed the run is tried again with a new child while they allow.
+    child_retries: Mapping[str, int] = field(default_factory=dict)
 
 
 def on_taken(event: Event, run: StoredRun, loaded: Definition | None) -> Decision:
@@ -143,7 +146,9 @@ def on_taken(event: Event, run: StoredRun, loaded: Definition | None) -> Decisio
             # any queued run (the store checks that no step of it has started).
             return Decision(Action.RESTAMP)
         return _fail_changed(run, changed, leftovers)
-    keep = run.waiting | run.failed_waits  # a wait's step keeps its state: it is awaited
+    retried = retried_children(run, loaded)
+    # a wait's step keeps its state: it is awaited (or its failure fails the run)
+    keep = run.waiting | (run.failed_waits - retried)
     # (a pending step has nothing to reset: no end, output or error)
     reset = tuple(n for n, s in run.steps.items()
                   if n not in keep and s.status not in (_SUCCEEDED, _PENDING))
@@ -153,6 +158,19 @@ def on_taken(event: Event, run: StoredRun, loaded: Definition | None) -> Decisio
               and (event is Event.STARTED or run.never_started))
     return Decision(Action.CONTINUE, steps=reset, choose_previous=choose,
                     end_leftovers=leftovers)
+
+
+def retried_children(run: StoredRun, loaded: Definition) -> frozenset[str]:
+    """The child steps (SPEC §22) whose child failed while nobody executed the run and
+    whose retries allow another try (a new child): they start again, not fail the run.
+    A ``for_each`` instance (``summarize[3]``) counts its own tries."""
+    retried = set()
+    for name in run.failed_waits:
+        retries = loaded.child_retries.get(name.split("[", 1)[0])
+        step = run.steps.get(name)
+        if retries is not None and step is not None and step.tries <= retries:
+            retried.add(name)
+    return frozenset(retried)
 
 
 def changed_since_start(run: StoredRun, loaded: Definition) -> str | None:

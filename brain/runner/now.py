@@ -143,6 +143,9 @@ def waiting_text(run_id: str, step: StepResult) -> str:
     timeout = f" (times out at {what['timeout_at']})" if what.get("timeout_at") else ""
     if kind == "sleep":
         return f"sleeps in step {step.name!r} until {what.get('until')}"
+    if kind == "run":
+        return (f"waits in step {step.name!r} for child run {what.get('run_id')} of "
+                f"{what.get('workflow')}{timeout}")
     if kind == "approval":
         prompt = " ".join(str(what.get("prompt", "")).split())
         shown = prompt if len(prompt) <= 80 else prompt[:77] + "..."

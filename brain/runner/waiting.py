@@ -140,6 +140,15 @@ class WaitRoom:
             self.waiting.pop(name, None)
             self._check()
 
+    def hand_over(self, name: str, state: WaitState) -> None:
+        """The end of step ``name`` as just read (a child run that ended in this process,
+        SPEC §22): handed to the step if it awaits it. The wake count is left as last read,
+        so letting go of the run still looks first."""
+        future = self.waiting.get(name)
+        if state[0] not in ("", "waiting") and future is not None and not future.done():
+            future.set_result(state)
+            self._check()
+
     async def look(self) -> bool:
         """Read the wake count and, when it moved, the waited steps; hand those that ended
         to the steps awaiting them. ``True`` when it moved."""

@@ -198,13 +198,16 @@ class BrainApi:
 
     async def runs(self, *, workflow: str | None = None, status: str | None = None,
                    event: str | None = None, limit: int = 20,
-                   offset: int = 0) -> list[RunResult]:
+                   offset: int = 0, parent: str | None = None) -> list[RunResult]:
         """Runs, newest first, without their steps: only those of ``workflow``, in
-        ``status``, started by ``event`` when given; ``limit`` of them after ``offset``."""
+        ``status``, started by ``event``, queued by a step of run ``parent`` (an id or a
+        unique prefix) when given; ``limit`` of them after ``offset``."""
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be at least 1 and offset at least 0")
+        if parent is not None:
+            parent = await self._store.resolve_id(parent)
         return await self._store.list_runs(workflow=workflow, status=status, event=event,
-                                           limit=limit, offset=offset)
+                                           limit=limit, offset=offset, parent=parent)
 
     async def wait_for(self, run_id: str, seconds: float) -> RunResult | None:
         """The run (without its steps) once it has ended, or ``None`` after ``seconds``.

@@ -51,6 +51,10 @@ class RunRecord:
     concurrency_key: str | None = None
     #: Its validated parameters (SPEC §21): what resumes and retries reuse.
     params: dict[str, Any] = field(default_factory=dict)
+    #: The run whose step queued it, when it is a child run (SPEC §22).
+    parent_run_id: str | None = None
+    #: ...and the step of it that did.
+    parent_step: str | None = None
 
 
 @dataclass(frozen=True)

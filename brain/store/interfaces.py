@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         WaitTimer,
     )
     from brain.store.base import QueuedRun, RunRecord, StepProcess
+    from brain.store.children import ChildRun
     from brain.store.queue import Limit
 
 
@@ -124,6 +125,15 @@ class RecordStore(Protocol):
                            signal: str | None = None, key: str | None = None,
                            timer: WaitTimer | None = None, owner: str | None = None) -> None:
         """Record a step ``waiting`` (what for, and its timer) in one commit."""
+        ...
+
+    async def start_child(self, parent_run_id: str, step: str, tries: int, child: QueuedRun, *,
+                          inputs: Mapping[str, Any], started_at: datetime,
+                          waiting_for: Mapping[str, Any], timer: WaitTimer | None = None,
+                          owner: str | None = None,
+                          max_depth: int = 16) -> tuple[str, bool] | None:
+        """Queue a step's child run and record the step waiting for it, in one commit
+        (SPEC §22); ``(child id, queued now)``, ``None`` when too deep."""
         ...
 
     async def park_run(self, run_id: str, owner: str, wakes: int) -> bool:
@@ -258,6 +268,10 @@ class WaitStore(Protocol):
         """``{step: (status, output, error)}`` of the run's steps that waited (or wait)."""
         ...
 
+    async def waited_step(self, run_id: str, name: str) -> tuple[str, str | None, str | None]:
+        """``(status, output, error)`` of one step that waited (or waits)."""
+        ...
+
     async def fire_due_timers(self, now: datetime | None = None, *, run_id: str | None = None,
                               limit: int = 500) -> list[tuple[str, str]]:
         """Take the due timers and end their steps; ``(run id, step)`` of those ended."""
@@ -300,8 +314,12 @@ class ReadStore(Protocol):
 
     async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
                         limit: int = 20, event: str | None = None,
-                        offset: int = 0) -> list[RunResult]:
-        """The newest runs first, without their steps."""
+                        offset: int = 0, parent: str | None = None) -> list[RunResult]:
+        """The newest runs first, without their steps (``parent``: only its children)."""
+        ...
+
+    async def children_of(self, run_id: str) -> list[ChildRun]:
+        """The child runs a run's steps queued, oldest first (SPEC §22)."""
         ...
 
     async def run_row(self, run_id: str) -> RunRecord | None:

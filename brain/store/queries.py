@@ -17,7 +17,7 @@ RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "
                "trigger_path", "trigger_headers", "error", "previous_run_id", "created_at",
                "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
                "trigger_key", "delivery_id", "retry_of", "concurrency_key", "params",
-               "output")
+               "output", "parent_run_id", "parent_step", "parent_try", "depth")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
                 "error", "stderr", "started_at", "ended_at", "waiting_for", "decision", "usage",
                 "progress")
@@ -301,3 +301,25 @@ PRUNE = (
      "brain_fires.trigger_key AND newer.fire_time > brain_fires.fire_time)"),
     "DELETE FROM brain_workers WHERE heartbeat_at < :before",
 )
+
+# --- child runs (SPEC §22) -----------------------------------------------------------------
+
+#: Appended to ``FINISH_RUN``: the run's parent, if it is a child, for its end to end the
+#: parent's wait in the same transaction.
+RETURNING_PARENT = " RETURNING id, parent_run_id, parent_step, parent_try"
+RUN_DEPTH = "SELECT depth FROM brain_runs WHERE id = :run_id"
+CHILD_OF_TRY = ("SELECT id FROM brain_runs WHERE parent_run_id = :parent_run_id "
+                "AND parent_step = :parent_step AND parent_try = :parent_try")
+CHILD_ROW = ("SELECT id, status, error, output, parent_run_id, parent_step, parent_try "
+             "FROM brain_runs WHERE id = :run_id")
+#: Whether a waiting parent step's wait may end by its child (of try ``:try``): not by an
+#: earlier try's, and not in a run whose cancel was asked for (its executor cancels it).
+_NOT_CANCELLING = " AND EXISTS (SELECT 1 FROM brain_runs WHERE id = :run_id AND cancel_requested = :no)"
+DROP_CHILD_TIMER = (DROP_TIMER + " AND EXISTS (SELECT 1 FROM brain_steps WHERE run_id = :run_id "
+                    "AND name = :name AND status = 'waiting' AND tries = :try)" + _NOT_CANCELLING)
+END_CHILD_WAIT = END_WAIT + " AND tries = :try" + _NOT_CANCELLING
+UNFINISHED_CHILDREN = (f"SELECT id FROM brain_runs WHERE parent_run_id = :run_id "
+                       f"AND status NOT IN {FINISHED}")
+UNFINISHED_CHILDREN_OF_STEP = UNFINISHED_CHILDREN + " AND parent_step = :step"
+CHILDREN_OF = ("SELECT id, workflow, status, parent_step, parent_try, created_at FROM brain_runs "
+               "WHERE parent_run_id = :run_id ORDER BY created_at")

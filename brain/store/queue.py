@@ -17,6 +17,7 @@ from brain.results import TriggerData, clean_text
 from brain.store import queries
 from brain.store.backend import Connection, Statement, UsesBackend, lease_times, utc
 from brain.store.base import QueuedRun
+from brain.store.children import end_parent_of
 from brain.store.errors import ConstraintViolation
 from brain.store.records import insert_queued, queued_run_rows, write_new_run
 
@@ -255,6 +256,7 @@ class RunQueue(UsesBackend):
                     continue  # an executor claimed it meanwhile
                 conn.write(queries.SKIP_UNFINISHED_STEPS, params)
                 conn.write(queries.DROP_TIMERS_OF_RUN, params)
+                end_parent_of(conn, run_id, now)  # a child: its parent's step fails
                 insert_queued(conn, handlers(run_id, queued["trigger_event"]) if handlers
                               else (), now)
                 failed.append(run_id)

@@ -68,13 +68,14 @@ class RunReading(UsesBackend):
 
     async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
                         limit: int = 20, event: str | None = None,
-                        offset: int = 0) -> list[RunResult]:
+                        offset: int = 0, parent: str | None = None) -> list[RunResult]:
         """The newest runs first, without their steps (``event``: only runs of that trigger
-        kind; ``offset``: skip that many, for pages)."""
+        kind; ``offset``: skip that many, for pages; ``parent``: only the child runs of that
+        run, by its full id)."""
         where: list[str] = []
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         for column, value in (("trigger_event", event), ("workflow", workflow),
-                              ("status", status)):
+                              ("status", status), ("parent_run_id", parent)):
             if value:
                 where.append(f"{column} = :{column}")
                 params[column] = value

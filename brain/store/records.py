@@ -154,7 +154,14 @@ def run_record(row: Row) -> RunRecord:
                      cancel_requested=bool(row["cancel_requested"]),
                      lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
                      retry_of=row["retry_of"], concurrency_key=row.get("concurrency_key"),
-                     params=params_of(row))
+                     params=params_of(row), parent_run_id=row.get("parent_run_id"),
+                     parent_step=row.get("parent_step"))
+
+
+def parent_of(row: Row) -> dict[str, str] | None:
+    """A child run's parent as its run JSON shows it (SPEC §22): ``{"run_id", "step"}``."""
+    parent = row.get("parent_run_id")
+    return None if not parent else {"run_id": parent, "step": row.get("parent_step") or ""}
 
 
 def _json(text: str | None) -> Any:
@@ -177,4 +184,4 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                      started_at=row["started_at"], ended_at=row["ended_at"],
                      previous_run_id=row["previous_run_id"], retry_of=row["retry_of"],
                      concurrency_key=row.get("concurrency_key"), params=params_of(row),
-                     output=_json(row.get("output")), steps=steps)
+                     output=_json(row.get("output")), parent=parent_of(row), steps=steps)

@@ -19,6 +19,7 @@ from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, Trigge
 from brain.store import queries
 from brain.store.backend import Connection, Statement, UsesBackend, lease_times
 from brain.store.base import QueuedRun, RunRecord
+from brain.store.children import end_parent_of, end_parent_wait, unfinished_children
 from brain.store.reading import read_record, read_run, resolve
 from brain.store.records import (
     check_lease,
@@ -121,15 +122,21 @@ class RunLifecycle(UsesBackend):
         JSON text (SPEC §21).
         """
         now = utcnow()
-        sql = queries.FINISH_RUN + (queries.OWNED if owner is not None else "")
-        params = {"run_id": run_id, "status": status.value, "error": clean_text(error),
-                  "now": now, "owner": owner, "output": clean_text(output)}
-        if not then_queue:
-            check_lease((await self.db.write(sql, params)).rowcount, owner)
-            return now
+        sql = (queries.FINISH_RUN + (queries.OWNED if owner is not None else "")
+               + queries.RETURNING_PARENT)
+        message, stored = clean_text(error), clean_text(output)
+        params = {"run_id": run_id, "status": status.value, "error": message,
+                  "now": now, "owner": owner, "output": stored}
 
         def job(conn: Connection) -> None:
-            check_lease(conn.write(sql, params), owner)
+            ended = conn.read(sql, params)
+            check_lease(len(ended), owner)
+            # A child's end ends its parent's wait; a run's end cancels its children still
+            # going (SPEC §22): both in this transaction.
+            if ended and ended[0]["parent_run_id"]:
+                end_parent_wait(conn, ended[0], status.value, stored, message, now)
+            if ended:
+                cancel_tree(conn, unfinished_children(conn, run_id), now)
             insert_queued(conn, then_queue, now)
 
         await self.db.atomically(job)
@@ -151,7 +158,8 @@ class RunLifecycle(UsesBackend):
             raise RunNotFound(f"no run {run_id!r}")
         if row.status in _FINISHED:
             return await read_run(db, full, with_steps=False), False
-        await db.transaction(_cancel_statements(row, utcnow()))
+        # Its children still going, and theirs, are cancelled with it (SPEC §22).
+        await db.atomically(lambda conn: cancel_tree(conn, [full], utcnow()))
         return await read_run(db, full, with_steps=False), True
 
     async def retry_run(self, run_id: str, *, definition_hash: str | None = None) -> str:
@@ -231,6 +239,22 @@ def _retried_step(run_id: str, old: dict[str, object]) -> dict[str, object]:
         return step_row(**{**old, "run_id": run_id, "error": None})
     return step_row(run_id=run_id, name=old["name"], position=old["position"], kind=old["kind"],
                     status=StepStatus.PENDING.value, tries=0)
+
+
+def cancel_tree(conn: Connection, run_ids: Sequence[str], now: datetime) -> None:
+    """Cancel ``run_ids`` and, depth first, their children still going, inside the caller's
+    transaction (see :func:`_cancel_statements`): a run nobody executes ends cancelled at
+    once (and its end ends its parent's wait), one that is executed is asked to stop."""
+    todo = list(run_ids)
+    while todo:
+        run_id = todo.pop()
+        found = conn.read(queries.RUN_BY_ID, {"run_id": run_id})
+        if not found or found[0]["status"] in _FINISHED:
+            continue
+        for sql, params in _cancel_statements(run_record(found[0]), now):
+            conn.write(sql, params)
+        end_parent_of(conn, run_id, now)
+        todo.extend(unfinished_children(conn, run_id))
 
 
 def _cancel_statements(row: RunRecord, now: datetime) -> list[Statement]:

@@ -10,7 +10,8 @@ no other module writes SQL. ``Store`` is assembled from one part per concern
 - :mod:`brain.store.waits` — waiting steps, their timers, decisions and signals;
 - :mod:`brain.store.reading` — reading runs back;
 - :mod:`brain.store.queue` — the queue and schedule-fire claims;
-- :mod:`brain.store.housekeeping` — worker rows and pruning.
+- :mod:`brain.store.housekeeping` — worker rows and pruning;
+- :mod:`brain.store.children` — child runs: queued by a step, ending its wait.
 
 Each part runs the SQL of :mod:`brain.store.queries` on the store's backend
 (:mod:`brain.store.backend`), chosen by the URL when the store opens:
@@ -29,6 +30,7 @@ from brain._clock import utcnow
 from brain._errors import StoreError
 from brain._secrets import remember
 from brain.store.backend import Backend
+from brain.store.children import ChildRuns
 from brain.store.errors import database_problem, short
 from brain.store.housekeeping import Housekeeping
 from brain.store.logs import StepLogs
@@ -55,7 +57,8 @@ if TYPE_CHECKING:
 __all__ = ["Store", "database_problem", "default_url", "redact_url", "utcnow"]
 
 
-class Store(RunLifecycle, StepRecords, StepLogs, StepWaits, RunReading, RunQueue, Housekeeping):
+class Store(RunLifecycle, StepRecords, StepLogs, StepWaits, RunReading, RunQueue, Housekeeping,
+            ChildRuns):
     """Where runs are recorded. ``Store()`` uses ``BRAIN_DATABASE_URL``.
 
     >>> async with Store("sqlite+aiosqlite:///runs.db") as store:   # doctest: +SKIP

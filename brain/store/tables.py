@@ -99,6 +99,13 @@ runs = Table(
     # returned (JSON; SPEC §21).
     Column("params", StoredText),
     Column("output", StoredText),
+    # A child run (SPEC §22): the run, step and try that queued it, and how deep it is (a run
+    # nobody queued: NULL, depth 0). One child per try (the unique index).
+    Column("parent_run_id", String(32)),
+    Column("parent_step", String(200)),
+    Column("parent_try", Integer),
+    Column("depth", Integer),
+    Index("ux_brain_runs_parent", "parent_run_id", "parent_step", "parent_try", unique=True),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
     Index("ix_brain_runs_concurrency", "workflow", "concurrency_key", "status"),
     Index("ix_brain_runs_status", "status"),

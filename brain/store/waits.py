@@ -28,8 +28,10 @@ from brain._secrets import scrub
 from brain.results import StepStatus, WaitEnd, WaitTimer, clean_text
 from brain.store import queries
 from brain.store.backend import Connection, UsesBackend, lease_times, utc
+from brain.store.children import unfinished_children
 from brain.store.reading import resolve
 from brain.store.records import check_lease
+from brain.store.runs import cancel_tree
 
 #: A decision's sources (SPEC §16).
 DECIDERS = ("console", "cli", "api")
@@ -176,6 +178,9 @@ class StepWaits(UsesBackend):
                 if end_wait(conn, row["run_id"], row["step"], WaitEnd.from_json(row["value"]),
                             now, timer_taken=True):
                     ended.append((row["run_id"], row["step"]))
+                    # A child step that timed out cancels its child (SPEC §22).
+                    cancel_tree(conn, unfinished_children(conn, row["run_id"], row["step"]),
+                                now)
             return ended
 
         return await self.db.atomically(job)

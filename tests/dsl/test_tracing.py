@@ -567,19 +567,19 @@ def test_nested_parallel_blocks() -> None:
     assert "parallel" in message and "nest" in message
 
 
-def test_calling_a_workflow_while_tracing_another() -> None:
+def test_calling_a_workflow_while_tracing_another_records_a_child_step() -> None:
     @workflow
     def inner():
         ok("a")
 
-    def body():
+    @workflow
+    def outer():
         ok("first")
         inner()
 
-    message = definition_error(body)
-    assert_names(message)
-    assert "'inner'" in message
-    assert "sub-workflow" in message
+    assert outer.graph.nodes == ("first", "inner")
+    assert outer.spec.steps[1].kind == "workflow"
+    assert outer.graph.edges == (("first", "inner"),)
 
 
 def test_calling_run_on_a_workflow_while_tracing_another() -> None:

@@ -22,7 +22,7 @@ PREVIEW_CHARS = 120
 class WaitView:
     """What a waiting step waits for, and how to end the wait.
 
-    ``kind`` is ``sleep``, ``approval`` or ``signal``; the times are UTC text;
+    ``kind`` is ``sleep``, ``approval``, ``signal`` or ``run`` (a child run); the times are UTC text;
     ``commands`` are the command lines that end the wait (``brain approve ...``,
     ``brain signal ...``, then the ``curl`` form).
     """
@@ -34,6 +34,8 @@ class WaitView:
     signal: str | None
     key: str | None
     commands: list[str]
+    #: A child step's (kind ``run``, SPEC §22): the child run it waits for.
+    child: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ def wait_view(run_id: str, step: StepResult, *, base_url: str, token: bool) -> W
                     until=utc_text(what.get("until")) or None,
                     timeout_at=utc_text(what.get("timeout_at")) or None,
                     signal=what.get("signal"), key=None if key is None else str(key),
-                    commands=commands)
+                    commands=commands,
+                    child=str(what["run_id"]) if kind == "run" and what.get("run_id") else None)
 
 
 def decision_view(step: StepResult) -> DecisionView | None:
