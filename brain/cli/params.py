@@ -39,6 +39,8 @@ def params_option(text: str) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"--params is not JSON: {exc}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError("--params is nested too deeply to be read") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(
             '--params must be a JSON object of parameters, e.g. \'{"service": "api"}\'')
@@ -64,7 +66,7 @@ def cli_value(text: str, *, as_text: bool) -> Any:
         return text
     try:
         return json.loads(text, parse_constant=_no_constant)
-    except ValueError:  # NaN and Infinity too: JSON has no such numbers
+    except (ValueError, RecursionError):  # NaN, Infinity (no JSON numbers), absurd nesting
         return text
 
 

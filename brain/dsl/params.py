@@ -22,6 +22,7 @@ from pydantic.errors import PydanticInvalidForJsonSchema, PydanticSchemaGenerati
 from pydantic_core import to_jsonable_python
 
 from brain._errors import WorkflowDefinitionError, WorkflowInputError
+from brain._secrets import scrub
 from brain.dsl.nodes import _Lazy
 
 #: What ``f"{param.field}"`` of a parameter may read: see :meth:`ParamsSpec.field_problem`.
@@ -31,8 +32,27 @@ _NO_FIELDS = ("string", "integer", "number", "boolean", "null", "array")
 def input_errors(exc: ValidationError) -> list[dict[str, Any]]:
     """Pydantic's errors as :class:`WorkflowInputError` keeps them: ``loc``, ``msg`` and
     ``type`` only (never the input, which may be a secret)."""
-    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()]
+    return [{"loc": _loc(e.get("loc", ())), "msg": scrub(e.get("msg", "")) or "",
+             "type": e.get("type", "")} for e in exc.errors()]
+
+
+def _loc(loc: Any) -> list[str | int]:
+    """An error's location with any known secret scrubbed from its names (a dict
+    parameter's keys are the caller's text)."""
+    return [p if isinstance(p, int) else scrub(str(p)) or "" for p in loc]
+
+
+def json_value(value: Any) -> Any:
+    """``value`` if it is one JSON value (no NaN or infinite number anywhere in it), else a
+    ``ValueError`` saying ``output does not match the return type: …``."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise ValueError("output does not match the return type: NaN and infinite numbers "
+                         "are not JSON values") from None
+    except TypeError as exc:
+        raise ValueError(f"output does not match the return type: {exc}") from None
+    return value
 
 
 class ParamsSpec:
@@ -86,7 +106,7 @@ class ParamsSpec:
                                      self.workflow)
         if self.model is None:
             if raw:
-                raise WorkflowInputError([{"loc": [str(k)], "msg": "Extra inputs are not "
+                raise WorkflowInputError([{"loc": _loc([k]), "msg": "Extra inputs are not "
                                            "permitted (this workflow takes no parameters)",
                                            "type": "extra_forbidden"} for k in raw],
                                          self.workflow)
@@ -104,9 +124,9 @@ class ParamsSpec:
         validate. Without an annotation, ``value`` as it is."""
         adapter = self.output_adapter
         if adapter is None:
-            return value
+            return json_value(value)
         try:
-            return adapter.dump_python(adapter.validate_python(value), mode="json")
+            return json_value(adapter.dump_python(adapter.validate_python(value), mode="json"))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))

@@ -159,6 +159,9 @@ async def enqueue_many_here_or_there(wf: RunnableWorkflow, triggers: Sequence[Tr
     Into ``BRAIN_DATABASE_URL`` they go in one transaction, all or none (the queue limit
     counts them all); a service in this process serving ``wf`` (found in ``queues``, by
     default the process's) takes them one by one."""
+    from brain.runner.workflows import remember_known_secrets
+
+    remember_known_secrets(wf)  # a script that never ran a workflow scrubs them too
     given = list(params) if params is not None else [None] * len(triggers)
     runs = [_new_run_at(wf, t, p, i if len(triggers) > 1 else None)
             for i, (t, p) in enumerate(zip(triggers, given, strict=True))]

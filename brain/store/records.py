@@ -114,11 +114,12 @@ def params_text(params: Mapping[str, Any] | None) -> str | None:
 
 
 def scrub_json(value: Any) -> Any:
-    """A JSON value with every known secret scrubbed from its strings."""
+    """A JSON value with every known secret scrubbed from its strings, object keys included."""
     if isinstance(value, str):
         return clean_text(scrub(value)) or ""
     if isinstance(value, dict):
-        return {k: scrub_json(v) for k, v in value.items()}
+        return {scrub_json(k) if isinstance(k, str) else k: scrub_json(v)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [scrub_json(v) for v in value]
     return value

@@ -15,6 +15,7 @@ from typing import Any
 
 from brain._clock import utcnow
 from brain._errors import WORKFLOW_CHANGED, RunConflict, RunNotFound
+from brain._secrets import scrub
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData, clean_text
 from brain.store import queries
 from brain.store.backend import Connection, Statement, UsesBackend, lease_times
@@ -27,6 +28,7 @@ from brain.store.records import (
     queued_run_rows,
     run_record,
     run_statements,
+    scrub_json,
     step_row,
     write_new_run,
 )
@@ -124,7 +126,7 @@ class RunLifecycle(UsesBackend):
         now = utcnow()
         sql = (queries.FINISH_RUN + (queries.OWNED if owner is not None else "")
                + queries.RETURNING_PARENT)
-        message, stored = clean_text(error), clean_text(output)
+        message, stored = clean_text(error), _scrubbed_json_text(output)
         params = {"run_id": run_id, "status": status.value, "error": message,
                   "now": now, "owner": owner, "output": stored}
 
@@ -276,3 +278,17 @@ def _cancel_statements(row: RunRecord, now: datetime) -> list[Statement]:
         statements.append((abandoned, params))
     statements += [(queries.CANCEL_STEPS, params), (queries.CANCEL_TIMERS, params)]
     return statements
+
+
+def _scrubbed_json_text(text: str | None) -> str | None:
+    """A run's output (JSON text) with every known secret scrubbed from its strings and
+    object keys, still one JSON value."""
+    if text is None:
+        return None
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:  # not ours to reshape: scrubbed as text
+        return clean_text(scrub(text))
+    return clean_text(json.dumps(scrub_json(value), ensure_ascii=False, separators=(",", ":")))

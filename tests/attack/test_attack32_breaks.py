@@ -151,9 +151,6 @@ def make_secretive() -> Any:
     return secretive
 
 
-@pytest.mark.xfail(strict=True, reason="a known secret that is a key of a dict parameter is "
-                   "stored and shown in clear (params and output): only string values are "
-                   "scrubbed")
 def test_a_secret_as_a_dict_key_is_never_stored_in_clear(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
@@ -165,9 +162,6 @@ def test_a_secret_as_a_dict_key_is_never_stored_in_clear(tmp_path: Path,
     assert TOKEN not in json.dumps(result.params) + json.dumps(result.output)
 
 
-@pytest.mark.xfail(strict=True, reason="the 422 answer's detail and errors[].loc repeat the "
-                   "keys of the parameters object as sent: a known secret there (an unknown "
-                   "parameter name, a dict parameter's key) is shown in clear")
 @pytest.mark.parametrize("params", [{"counts": {TOKEN: "not a number"}}, {TOKEN: 1}])
 async def test_a_422_never_shows_a_secret_in_clear(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch,
@@ -191,9 +185,6 @@ def test_a_secret_as_a_value_is_stored_scrubbed(tmp_path: Path,
     assert TOKEN not in json.dumps(result.params)
 
 
-@pytest.mark.xfail(strict=True, reason="Workflow.enqueue in a process that has not run a "
-                   "workflow yet stores the parameters before the process knows its secrets' "
-                   "values: a secret given as a parameter is stored in clear")
 def test_enqueue_from_a_fresh_process_stores_no_secret_in_clear(tmp_path: Path) -> None:
     folder = tmp_path / "wf"
     folder.mkdir()
@@ -231,9 +222,6 @@ def num(x: str = "1") -> float:
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="a float return type accepts the text NaN / 1e999: the "
-                   "run succeeds with output nan/inf, stored as NaN/Infinity (no JSON), shown "
-                   "as NaN by `brain run` but null by `brain run --json` and the API")
 @pytest.mark.parametrize("x", ["NaN", "1e999"])
 def test_a_float_output_is_one_json_value_everywhere(tmp_path: Path, x: str) -> None:
     path = make_float(tmp_path)
@@ -274,8 +262,6 @@ def test_invalid_parameters_store_nothing(tmp_path: Path, params: dict[str, Any]
     assert stored(tmp_path / "brain.db", "select id from brain_runs") == []
 
 
-@pytest.mark.xfail(strict=True, reason="`brain run --params` nested 50,000 deep dies with a "
-                   "RecursionError traceback and exit 1, not a clear message and exit 2")
 def test_deep_nesting_in_brain_run_params_is_exit_2(tmp_path: Path) -> None:
     """``--params`` nested 50,000 deep: a clear refusal (exit 2), no traceback, no run."""
     path = write_source(tmp_path, "deep.py", '''
