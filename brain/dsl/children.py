@@ -70,7 +70,8 @@ def child_step(child: ChildWorkflow, params: Mapping[str, Any], **options: Any) 
             raise tracer.error(name, f"parameter {key!r}: a child run's parameters are stored "
                                      f"with it, so secret() cannot stand for one; let the "
                                      f"child read the secret itself")
-        arguments[key] = tracer.deep_template(name, f"parameter {key!r}", value, refs)
+        arguments[key] = tracer.deep_template(name, f"parameter {key!r}", value, refs,
+                                              typed=True)
     spec = WorkflowStepSpec(name=name, **tracer.placement(name, refs, [], None),
                             workflow=child.name, arguments=arguments, child=child,
                             **opts)  # type: ignore[arg-type]

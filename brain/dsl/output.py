@@ -55,14 +55,64 @@ def _template(value: Any, where: str, steps: Collection[str]) -> Any:
     raise WorkflowDefinitionError(f"{where}: it returns a {type(value).__name__}: {_RETURNS}")
 
 
+def accepts_text(schema: Any, root: Any = None) -> bool:
+    """Whether a JSON Schema (of a parameter; ``$ref`` read in ``root``'s ``$defs``) takes
+    a string: ``type`` string (or a list with it), a string ``enum``/``const``, any
+    ``anyOf``/``oneOf`` branch that does, or no type at all (``Any``)."""
+    if not isinstance(schema, dict):
+        return True
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        defs = (root.get("$defs") or {}) if isinstance(root, dict) else {}
+        target = defs.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/$defs/") else None
+        return accepts_text(target, root) if isinstance(target, dict) else False
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return any(accepts_text(branch, root) for branch in schema[key])
+    if isinstance(schema.get("allOf"), list):
+        return all(accepts_text(branch, root) for branch in schema["allOf"])
+    if "const" in schema:
+        return isinstance(schema["const"], str)
+    if isinstance(schema.get("enum"), list):
+        return any(isinstance(v, str) for v in schema["enum"])
+    kind = schema.get("type")
+    if kind is None:
+        return True
+    return kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
+def text_only(schema: Any, root: Any = None) -> bool:
+    """Whether a JSON Schema takes strings and nothing else (every ``anyOf``/``oneOf``
+    branch does): a value of it stored as text reads back as the same value."""
+    if not isinstance(schema, dict):
+        return False
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        defs = (root.get("$defs") or {}) if isinstance(root, dict) else {}
+        return text_only(defs.get(ref.rsplit("/", 1)[-1]), root)
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return all(text_only(branch, root) for branch in schema[key])
+    if isinstance(schema.get("allOf"), list):
+        return any(text_only(branch, root) for branch in schema["allOf"])
+    if "const" in schema:
+        return isinstance(schema["const"], str)
+    if isinstance(schema.get("enum"), list):
+        return all(isinstance(v, str) for v in schema["enum"])
+    return schema.get("type") == "string"
+
+
 def typed_output(step: Any) -> bool:
     """Whether a step's output is a JSON value rather than text: a ``@step`` annotated to
-    return something other than ``str``, an ``llm(schema=)``, a child run."""
+    return something other than ``str``, an ``llm(schema=)``, a child run whose return
+    type takes no string (a child returning ``str`` gives text, as a ``@step`` does; an
+    unannotated child gives JSON)."""
     kind = getattr(step, "kind", None)
     if kind == "llm":
         return getattr(step, "output_schema", None) is not None
     if kind == "workflow":
-        return True
+        schema = getattr(getattr(step, "child", None), "output_schema", None)
+        return not (isinstance(schema, dict) and text_only(schema, schema))
     if kind != "step":
         return False
     func = getattr(step, "func", None)

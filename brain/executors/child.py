@@ -1,10 +1,14 @@
 """Child steps (SPEC §22): the parameters a ``workflow`` step's child run gets.
 
 :meth:`ChildExecutor.prepare` resolves the step's arguments (placeholders filled in,
-no shell quoting; a placeholder given to a parameter that is not text is read as JSON
-when it parses) and validates them against the child's parameters: a failure fails the
+no shell quoting) and validates them against the child's parameters: a failure fails the
 step, not retried. The child run itself is the runner's (:mod:`brain.runner.children`):
 it queues it and waits for its end, as a step waits for a signal.
+
+How an argument reaches its parameter: a value filled in from text (a placeholder) stays
+text when the parameter's schema takes a string (a ``str``, ``str | None``, ``Any``...)
+and is read as JSON only when it cannot (``int``, ``bool``, a list, a model...); a
+parameter of the parent given whole is passed as its typed value; literals as they are.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from brain import placeholders
-from brain._errors import StepFailed
-from brain.dsl.model import WorkflowStepSpec
+from brain._errors import PlaceholderError, StepFailed
+from brain.dsl.model import ParamRef, WorkflowStepSpec
+from brain.dsl.output import accepts_text
 from brain.executors.base import PreparedStep, Resolve, StepContext, StepOutput
 
 
@@ -36,9 +41,9 @@ class ChildExecutor:
                 mocked: bool = False) -> PreparedStep:
         """The child's parameters, resolved and validated. Mocked (``brain.testing``), the
         step runs no child: its mock is its output."""
-        properties = dict((spec.child.params_schema or {}).get("properties") or {}) \
-            if spec.child is not None else {}
-        raw = {key: _resolved(value, resolve, _is_text(properties.get(key)))
+        schema = (spec.child.params_schema or {}) if spec.child is not None else {}
+        properties = dict(schema.get("properties") or {})
+        raw = {key: _resolved(value, resolve, accepts_text(properties.get(key), schema))
                for key, value in spec.arguments.items()}
         if mocked or spec.child is None:
             return PreparedStep(inputs=raw, payload={})
@@ -59,15 +64,18 @@ class ChildExecutor:
                          f"run, which only the runner can queue", retryable=False)
 
 
-def _is_text(schema: Any) -> bool:
-    """Whether a parameter's JSON Schema takes text only (then a placeholder's value is
-    passed as it is, never parsed as JSON)."""
-    return isinstance(schema, dict) and schema.get("type") == "string"
-
-
 def _resolved(value: Any, resolve: Resolve, text: bool) -> Any:
-    """An argument with its placeholders filled in, at any depth; a whole string that held
-    placeholders, given to a parameter that is not text, is read as JSON if it parses."""
+    """An argument with its placeholders filled in, at any depth. A whole string that held
+    placeholders stays text when its parameter takes text (``text``); otherwise it is read
+    as JSON if it parses. A parameter given whole (:class:`ParamRef`) is its typed value."""
+    if isinstance(value, ParamRef):
+        param = getattr(resolve, "param", None)
+        if param is None:
+            return _resolved(value.template, resolve, text)
+        try:
+            return param(value.path)
+        except PlaceholderError as exc:
+            raise StepFailed(str(exc), retryable=False) from None
     if isinstance(value, str):
         if not placeholders.has_placeholders(value):
             return value
