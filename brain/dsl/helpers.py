@@ -96,6 +96,12 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
         if problem:
             raise tracer.error(name, f"argv: {problem}")
     stdin_text = None if stdin is None else tracer.template(name, "stdin", stdin, refs)
+    if stdin_text is not None:
+        # What reads the step's input must read it as data, not as its program (sh, python3).
+        problem = shell_check.stdin_problem(cmd_text if cmd_text is not None
+                                            else argv_items or (), stdin_text)
+        if problem:
+            raise tracer.error(name, problem)
     env_values = env_templates(tracer, name, env, refs)
     if cwd is not None and not isinstance(cwd, str):
         raise tracer.error(name, "cwd must be a string path")

@@ -25,6 +25,10 @@ the table of :mod:`.programs`; :mod:`.template` finds what makes a whole templat
 untrustworthy; :mod:`.syntax` holds the parser and the tree helpers. The parser is
 imported lazily, only for a command that has placeholders, so ``import brain``
 stays light.
+
+``stdin=`` holding a placeholder is judged by :func:`stdin_problem` (with
+:mod:`.step_input`): every command that may read the step's standard input must read
+it as data, never as its program (``sh``, ``python3 -``, ``cat | sh``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from brain import placeholders
 from brain._errors import PlaceholderError
 from brain.placeholders import Quoting
 from brain.shell_check.marker import _Marker
+from brain.shell_check.step_input import script_problem
 from brain.shell_check.syntax import (
     _ADVICE,
     _first_error,
@@ -90,11 +95,64 @@ def argv_problem(words: Sequence[str]) -> str | None:
     """
     if not any(placeholders.has_placeholders(w) for w in words):
         return None
-    # Each literal piece quoted, each placeholder bare: what a shell would run.
-    command = " ".join(
+    return _check(_argv_command(words))[0]
+
+
+def stdin_problem(program: str | Sequence[str], stdin: str) -> str | None:
+    """Why ``stdin`` text holding placeholders may not be fed to ``program`` (a
+    ``shell(command=...)`` text, or ``argv`` words), or ``None``: a value must never become
+    code, so every command that may read the step's standard input must read it as data
+    (``cat``, ``wc``, ``jq .``, ``python3 job.py``), not as its program (``sh``,
+    ``python3 -``, ``env node``, ``cat | sh``, ``bash -c 'perl'``).
+
+    >>> stdin_problem(["jq", "."], "{params.doc}") is None
+    True
+    >>> print(stdin_problem("cat | sh", "{params.note}"))  # doctest: +ELLIPSIS
+    placeholder {params.note} is in stdin= text that sh reads from standard input, ...
+    """
+    refs = [p for p in placeholders.parse(stdin) if isinstance(p, placeholders.Ref)]
+    if not refs:
+        return None
+    first = refs[0].text
+    # The command's own placeholders become marker words: a command they name is unknown.
+    words = [program] if isinstance(program, str) else list(program)
+    pieces = [placeholders.parse(w) for w in words]
+    prefix = "_brainph"
+    while any(prefix in p for w in pieces for p in w if isinstance(p, str)):
+        prefix += "x"
+
+    def marked_word(parts: tuple[placeholders.Part, ...]) -> str:
+        quote = shlex.quote if not isinstance(program, str) else str
+        return "".join(quote(p) if isinstance(p, str) else f"{prefix}{i}_"
+                       for i, p in enumerate(parts)) or "''"
+
+    marked = " ".join(map(marked_word, pieces))
+    problem = script_problem(marked)
+    if problem is not None:
+        return (f"placeholder {first} is in stdin= text, and the command {problem}; "
+                f"{_STDIN_ADVICE}")
+    root = _parser().parse(_join_continuations(marked).encode()).root_node
+    try:
+        _Marker(marked.encode(), prefix, 0, 0).check_readers_in(root, "in stdin= text")
+    except _Refused as exc:
+        return f"placeholder {first} is {exc.context}; {_STDIN_ADVICE}"
+    except RecursionError:
+        return f"placeholder {first} is in stdin= text fed to a command nested too deeply to " \
+               f"be checked; {_STDIN_ADVICE}"
+    return None
+
+
+_STDIN_ADVICE = ("a value must never become code: feed stdin= to a program that reads it as "
+                 "data (cat, jq ., python3 job.py), or pass the value through env= to a script "
+                 "file that reads it (argv=['sh', 'job.sh'], env={'NOTE': ...})")
+
+
+def _argv_command(words: Sequence[str]) -> str:
+    """``argv`` words as the shell command that runs the same: each literal piece quoted,
+    each placeholder bare."""
+    return " ".join(
         "".join(shlex.quote(p) if isinstance(p, str) else p.text for p in placeholders.parse(w))
         or "''" for w in words)
-    return _check(command)[0]
 
 
 @lru_cache(maxsize=1024)

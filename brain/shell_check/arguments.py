@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from brain.shell_check.program_text import _ProgramText
 from brain.shell_check.programs import Program, program_of
+from brain.shell_check.step_input import _StepInput
 from brain.shell_check.subcommands import _Subcommands, subcommand_of
 from brain.shell_check.syntax import (
     _command_words,
@@ -42,7 +43,7 @@ _NAME_IS = re.compile(r"""["']?[A-Za-z_][A-Za-z0-9_]*=""")
 _GIT_DATA_KEYS = frozenset({"user.name", "user.email", "init.defaultbranch"})
 
 
-class _Arguments(_Subcommands, _ProgramText):
+class _Arguments(_Subcommands, _ProgramText, _StepInput):
     """The checks of a command's words and input, for one placeholder's marker (a word
     holding ``prefix`` is hostile: it holds a value)."""
 
@@ -165,7 +166,7 @@ class _Arguments(_Subcommands, _ProgramText):
     def stdin_refusal(self, how: str, who: str) -> _Refused:
         return _Refused(f"{how} that {who} reads from standard input, where it may take it as "
                         f"its program", "feed it to a program that reads data (cat, grep …), "
-                        "or pass the text through stdin=")
+                        "or pass the value through env= to a script file that reads it")
 
     def check_reader(self, base: str, words: list[Node], how: str) -> None:
         """Refuse unless program ``base`` with argument ``words`` reads its standard input
@@ -206,6 +207,8 @@ class _Arguments(_Subcommands, _ProgramText):
         if row.runs in ("code", "names", "program", "subcommand") or \
                 not self.has_program_text(base, row, words):
             raise self.stdin_refusal(how, base)
+        if row.runs == "shell":
+            self.check_shell_script(base, row, words, how)  # sh -c 'cat | sh' <<< {x}
 
     def wrapped_candidates(self, name: str, row: Program,
                            words: list[Node]) -> Iterator[tuple[str, list[Node], bool]]:

@@ -43,7 +43,8 @@ How a program reads its arguments, by :class:`Program.runs`:
 A here-string or ``<`` redirection holding a placeholder may feed only a
 program of none of these kinds, an ``options`` one, or a shell or interpreter
 given its program literally (``sh -c '…' <<< {x}``, ``python3 job.py < {x}``):
-the others may read standard input as their program.
+the others may read standard input as their program. The same holds for a step's
+``stdin=`` holding a placeholder (:func:`brain.shell_check.stdin_problem`).
 """
 
 from __future__ import annotations
