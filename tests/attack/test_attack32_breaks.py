@@ -104,9 +104,6 @@ def test_a_childs_plain_text_output_is_its_parents_output() -> None:
 # --- 3. stdin= of a step whose program is a shell runs a parameter as code ----------------
 
 
-@pytest.mark.xfail(strict=True, reason="stdin= holding a placeholder is accepted for a step "
-                   "whose program reads its stdin as code (argv=['sh'], command='python3'), "
-                   "though `sh <<< {x}` in a command is refused: the parameter runs as code")
 def test_stdin_feeding_a_shell_is_refused_or_data(tmp_path: Path) -> None:
     from brain import WorkflowDefinitionError
 
