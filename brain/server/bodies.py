@@ -215,6 +215,9 @@ class RunDetail(Struct):
         description="the validated parameters the run was started with (defaults applied)")] = {}
     output: Annotated[Any, Meta(description="what the workflow returned, once the run "
                                             "succeeded (null without a return)")] = None
+    parent: Annotated[dict[str, str] | None, Meta(
+        description="a child run's parent: {run_id, step} (null for a run started otherwise)"
+    )] = None
     steps: list[StepDetail] = []
     usage: Annotated[dict[str, int] | None, Meta(
         description="the tokens all its llm steps spent (SPEC §18)")] = None
