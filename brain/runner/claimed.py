@@ -11,6 +11,7 @@ reset and it executes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -132,6 +133,7 @@ async def _execute_claimed(wf: RunnableWorkflow, store: RunStore, row: RunRecord
         return await store.get_run(run_id)
     # The work above may have waited out a busy database: renew the lease now, so the
     # execution's count of the lease's time starts from a renewal, not from the claim.
+    renewed_at = time.monotonic()  # the lease's time counts from before the renewal
     held, _ = await store.heartbeat(run_id, owner, lease)
     if not held:
         return await store.get_run(run_id)
@@ -141,7 +143,8 @@ async def _execute_claimed(wf: RunnableWorkflow, store: RunStore, row: RunRecord
                                       else await store.step_outputs(run_id)),
                              tries={n: s.tries for n, s in run.steps.items()},
                              executors=executors, abandon_on_cancel=abandon_on_cancel,
-                             loaded=loaded, waits=waits, context=context, params=row.params)
+                             loaded=loaded, waits=waits, context=context, params=row.params,
+                             lease_renewed_at=renewed_at)
     await execution.execute()
     return await store.get_run(run_id)
 

@@ -63,7 +63,8 @@ class RunExecution:
                  abandon_on_cancel: Callable[[], bool] | None = None,
                  loaded: Mapping[str, RunnableWorkflow] | None = None,
                  waits: WaitsFound | None = None, context: RunContext | None = None,
-                 params: Mapping[str, Any] | None = None) -> None:
+                 params: Mapping[str, Any] | None = None,
+                 lease_renewed_at: float | None = None) -> None:
         self.context = context_for(context, on_event, on_log)
         self.wf = wf
         self.store = store
@@ -79,7 +80,7 @@ class RunExecution:
         self.values = Values(trigger, self.plan.outputs,
                              None if previous_outputs is None else dict(previous_outputs),
                              self.params)
-        self.lease = Lease(store, run_id, owner, lease_seconds)
+        self.lease = Lease(store, run_id, owner, lease_seconds, lease_renewed_at)
         self.recorder = Recorder(store, run_id, owner, {s.name: s.kind for s in wf.spec.steps},
                                  self.context.observers, workflow=wf.name)
         ctx = StepContext(workflow_dir=wf.source_dir,

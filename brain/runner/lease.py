@@ -33,11 +33,15 @@ log = logging.getLogger("brain.runner")
 class Lease:
     """Holds ``run_id`` for ``owner`` while an execution runs; see the module's docstring."""
 
-    def __init__(self, store: RecordStore, run_id: str, owner: str, seconds: float) -> None:
+    def __init__(self, store: RecordStore, run_id: str, owner: str, seconds: float,
+                 renewed_at: float | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.owner = owner
         self.seconds = seconds
+        #: When (``time.monotonic()``) the renewal the lease runs from was sent: its time is
+        #: counted from there, never from later (the database's lease ends no later).
+        self.renewed_at = renewed_at
         #: Set when the work must stop: a cancel was asked for, or the lease is lost.
         self.stop = asyncio.Event()
         #: The lease is (or may be) another executor's: write nothing more.
@@ -51,7 +55,7 @@ class Lease:
     async def monitor(self) -> None:
         """Renew the lease now and then; notice cancel requests within a second."""
         renew_every = max(self.seconds / 3, POLL_SECONDS)
-        last_renew = time.monotonic()
+        last_renew = time.monotonic() if self.renewed_at is None else self.renewed_at
         while True:
             await asyncio.sleep(POLL_SECONDS)
             sent = time.monotonic()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import shlex
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -89,6 +90,7 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
         previous = None
         if decided.choose_previous and previous_outputs is None:
             previous = await st.latest_succeeded_run(wf.name, utcnow())
+        leased_at = time.monotonic()  # the lease's time counts from before it was taken
         await st.create_run(run_id=run_id, workflow=run.workflow,
                             definition_hash=run.definition_hash, trigger=run.trigger,
                             step_rows=run.step_rows, owner=owner, lease_seconds=lease,
@@ -96,7 +98,7 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
                                  lease_seconds=lease, executors=executors,
                                  previous_outputs=previous_outputs, context=context,
-                                 params=run.params)
+                                 params=run.params, lease_renewed_at=leased_at)
         ended = announce_start(context.observers, RunEvent(run_id, wf.name, "started",
                                                            trig.event))
         await execution.execute()
