@@ -16,6 +16,7 @@ from brain._errors import StepFailed
 from brain._secrets import MIN_SECRET_LENGTH, longest, remember, scrub
 from brain.dsl.model import SecretRef
 from brain.executors.steplog import StepLog
+from brain.executors.traced import StepTrace, trace_environment
 
 #: ``resolve(text, shell_quote)`` fills in a template for the current run.
 Resolve = Callable[[str, bool], str]
@@ -69,6 +70,8 @@ class StepContext:
     #: The step's log (SPEC §20): what its programs and functions print, line by line, as
     #: they print it. ``None`` where nothing keeps a log.
     log: StepLog | None = None
+    #: The try's span (SPEC §25), when traces are on (see :mod:`brain.executors.traced`).
+    trace: StepTrace | None = None
 
 
 @dataclass
@@ -166,8 +169,10 @@ def tail_margin() -> int:
 
 
 def run_marker(ctx: StepContext) -> dict[str, str]:
-    """The variable that marks a step's processes as this run's."""
-    return {RUN_ID_VARIABLE: ctx.run_id} if ctx.run_id else {}
+    """The variable that marks a step's processes as this run's, and, when traces are on,
+    the try's trace context (``TRACEPARENT``, ``TRACESTATE``: SPEC §25)."""
+    marker = {RUN_ID_VARIABLE: ctx.run_id} if ctx.run_id else {}
+    return marker | trace_environment(ctx.trace) if ctx.trace is not None else marker
 
 
 def tail_text(data: bytes, limit: int = 8192) -> str | None:

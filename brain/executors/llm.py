@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     import httpx
 
     from brain.executors.steplog import StepLog
+    from brain.executors.traced import StepTrace
 
 DEFAULT_BASE_URL = "http://localhost:1234/v1"
 _MAX_RETRY_AFTER = 600.0
@@ -220,7 +221,7 @@ class LlmExecutor:
         """
         body: dict[str, Any] = prepared.payload["body"]
         warm_checker(spec)  # it starts while the model answers
-        content = await self._ask(prepared.payload, body, ctx.log)
+        content = await self._ask(prepared.payload, body, ctx.log, ctx.trace)
         if spec.output_schema is None:
             return StepOutput(output=content)
         prepared.output = _kept(content, spec.max_output_bytes)  # if the try ends here
@@ -228,7 +229,8 @@ class LlmExecutor:
         if output is None:
             messages = [*body["messages"], {"role": "assistant", "content": content},
                         {"role": "user", "content": reask_text(reason)}]
-            content = await self._ask(prepared.payload, {**body, "messages": messages}, ctx.log)
+            content = await self._ask(prepared.payload, {**body, "messages": messages}, ctx.log,
+                                      ctx.trace)
             prepared.output = _kept(content, spec.max_output_bytes)
             output, reason = await _checked(spec, content, ctx.log)
         if output is None:  # the last answer is kept, as a failed shell step keeps its stdout
@@ -237,29 +239,56 @@ class LlmExecutor:
         return StepOutput(output=output)
 
     async def _ask(self, payload: dict[str, Any], body: dict[str, Any],
-                   log: StepLog | None) -> str:
+                   log: StepLog | None, trace: StepTrace | None = None) -> str:
         """One question (see :meth:`_answer`). A server that refuses ``response_format`` of
         type ``json_schema`` (llama-cpp-python's takes ``json_object`` with a ``schema``) is
         asked in that form instead, here and for the rest of the run."""
         url: str = payload["url"]
         if "response_format" not in body:
-            return await self._answer(payload, body, log)
+            return await self._answer(payload, body, log, trace)
         if url in self._json_object_urls:
-            return await self._answer(payload, json_object_form(body), log)
+            return await self._answer(payload, json_object_form(body), log, trace)
         try:
-            return await self._answer(payload, body, log)
+            return await self._answer(payload, body, log, trace)
         except _RefusedFormat as refused:
             try:
-                content = await self._answer(payload, json_object_form(body), log)
+                content = await self._answer(payload, json_object_form(body), log, trace)
             except _RefusedFormat:
                 raise refused from None  # the first refusal says what the server lacks
             self._json_object_urls.add(url)
             return content
 
     async def _answer(self, payload: dict[str, Any], body: dict[str, Any],
-                      log: StepLog | None) -> str:
-        """One request: the answer's content text (its usage counted in ``log``)."""
+                      log: StepLog | None, trace: StepTrace | None = None) -> str:
+        """One request: the answer's content text (its usage counted in ``log``); with a
+        ``trace``, inside its ``chat MODEL`` span (SPEC §25)."""
+        if trace is None:
+            return await self._exchange(payload, body, log)
+        import asyncio
+
+        call = trace.chat(str(body.get("model") or ""), payload["url"])
+        seen: dict[str, Any] = {}
+        try:
+            content = await self._exchange(payload, body, log, seen)
+        except StepFailed as exc:
+            call.failed(str(seen.get("error", "invalid_answer")), exc.message)
+            raise
+        except asyncio.CancelledError:
+            call.failed("cancelled")
+            raise
+        else:
+            call.answered(seen.get("answer") or {}, prompt=body.get("messages"), content=content)
+        finally:
+            call.end()
+        return content
+
+    async def _exchange(self, payload: dict[str, Any], body: dict[str, Any],
+                        log: StepLog | None, seen: dict[str, Any] | None = None) -> str:
+        """:meth:`_answer`'s request; ``seen`` gets the answer's JSON (``answer``) or what
+        went wrong (``error``: ``timeout``, the transport error's name, the HTTP status)."""
         import httpx
+
+        seen = {} if seen is None else seen
 
         if self._client is None:
             # No client-side timeout: the step's timeout_seconds bounds the whole call. No
@@ -281,11 +310,14 @@ class LlmExecutor:
                     raw, whole = await read_within(response, limit, shown,
                                                    StructureCounter(payload["values"]))
         except httpx.TimeoutException as exc:
+            seen["error"] = "timeout"
             raise StepFailed(f"timed out talking to {shown}: {type(exc).__name__}") from None
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
+            seen["error"] = type(exc).__name__
             raise StepFailed(f"cannot reach {shown}: {reason}") from None
         if status >= 400:  # its body is at most ERROR_BODY_BYTES
+            seen["error"] = str(status)
             if whole:
                 count_usage(json_of(raw), log)  # an error may have cost tokens too
             retryable = status == 429 or status >= 500
@@ -298,7 +330,7 @@ class LlmExecutor:
             raise StepFailed(f"the answer from {shown} is larger than {limit} bytes, more "
                              f"than an output of max_output_bytes ({output_bytes(limit)} "
                              f"bytes) needs; stopped reading it", retryable=False)
-        return answer_content(raw, shown, log)
+        return answer_content(raw, shown, log, seen)
 
     async def close(self) -> None:
         """Close the HTTP client (its pooled connections)."""

@@ -185,11 +185,15 @@ def count_usage(data: Any, log: StepLog | None) -> None:
         log.count_usage(counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0))
 
 
-def answer_content(raw: bytes, shown: str, log: StepLog | None) -> str:
+def answer_content(raw: bytes, shown: str, log: StepLog | None,
+                   seen: dict[str, Any] | None = None) -> str:
     """The content text of a whole successful answer, ``choices[0].message.content`` (its
-    usage counted in ``log``); an answer that is not JSON, has no such text or an empty one
-    fails the step at once, saying so."""
+    usage counted in ``log``; ``seen["answer"]``: the answer's JSON object, for its trace);
+    an answer that is not JSON, has no such text or an empty one fails the step at once,
+    saying so."""
     data = json_of(raw)
+    if seen is not None and isinstance(data, dict):
+        seen["answer"] = data
     if data is NOT_JSON:
         raise StepFailed(f"the answer from {shown} is not JSON: {shown_body(raw)}",
                          retryable=False)

@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
 from brain._errors import StepFailed, innermost
 from brain.executors.base import StepContext, StepOutput, cut
 from brain.executors.process import KILL_GRACE_SECONDS
+
+if TYPE_CHECKING:
+    from brain.executors.traced import CallTrace
 
 #: How long a session being closed may take to end by itself (its courtesy cancels sent,
 #: a server leaving on end of input) before its process group is killed.
@@ -166,7 +169,16 @@ class LiveSession:
                           + (f": {cut(last[-1], 500)}" if last else ""), stderr=self.server.tail())
 
     async def call(self, tool: str, args: dict[str, Any], ctx: StepContext) -> StepOutput:
-        """One ``tools/call``; the server's progress reports go to the step's log."""
+        """One ``tools/call``; the server's progress reports go to the step's log. With a
+        trace, inside a ``tools/call TOOL`` span that is current while the request is sent,
+        so the SDK passes its context to the server in ``params._meta`` (SPEC §25)."""
+        if ctx.trace is None:
+            return await self._call(tool, args, ctx)
+        with ctx.trace.tool_call(tool) as span:
+            return await self._call(tool, args, ctx, span)
+
+    async def _call(self, tool: str, args: dict[str, Any], ctx: StepContext,
+                    span: CallTrace | None = None) -> StepOutput:
         import mcp_types as types
         from mcp import MCPError
 
@@ -182,6 +194,8 @@ class LiveSession:
             result = await self._first_of(session.send_request(
                 request, types.CallToolResult, progress_callback=on_progress))
         except MCPError as exc:
+            if span is not None:
+                span.failed(str(exc.code), exc.message)
             if _connection_closed(exc) or _session_gone(exc):
                 self._break()  # the next step or try starts a fresh session
                 await self._settled()
@@ -199,6 +213,8 @@ class LiveSession:
         except Exception:
             self._break()
             raise
+        if span is not None and result.is_error:
+            span.failed("tool_error")
         return _answer(result, self.server.tail())
 
     def _break(self) -> None:

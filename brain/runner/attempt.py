@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from brain.executors.waits import WaitRequest
     from brain.runner.children import ChildSteps
     from brain.runner.lease import Lease
+    from brain.runner.context import RunTracer
     from brain.runner.logwriter import LogWriter
     from brain.runner.values import Values
     from brain.runner.waiting import WaitRoom
@@ -52,7 +53,8 @@ class StepRunner:
     def __init__(self, plan: Plan, values: Values, recorder: Recorder, lease: Lease,
                  executors: Mapping[str, Executor], ctx: StepContext,
                  prior_tries: Mapping[str, int], room: WaitRoom,
-                 waiting: frozenset[str] = frozenset()) -> None:
+                 waiting: frozenset[str] = frozenset(), *,
+                 tracer: RunTracer | None = None) -> None:
         self.plan = plan
         self.values = values
         self.recorder = recorder
@@ -65,6 +67,8 @@ class StepRunner:
         self.waiting = waiting
         #: What runs the child steps (SPEC §22), set by the execution.
         self.children: ChildSteps | None = None
+        #: Each try's span (SPEC §25), when traces are on.
+        self.tracer = tracer
 
     async def run(self, spec: StepSpec, scope: Scope | None = None) -> Outcome:
         """Run one step (or one instance of a block's step) to its final status."""
@@ -186,7 +190,7 @@ class StepRunner:
             attempt += 1
             state.tries += 1
             try:
-                result = await attempt_once(executor, spec, prepared, ctx)
+                result = await self._attempt(executor, spec, prepared, ctx, state.tries)
             except asyncio.CancelledError:
                 state.mark.drop()  # the run records this step as cancelled; no late "running"
                 # What it printed so far is kept with its end, which the run writes.
@@ -217,6 +221,18 @@ class StepRunner:
                                output=clean_text(await self._output(spec.name, result, state,
                                                                     secrets)))
             return Outcome(spec.name, False, message)
+
+    async def _attempt(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
+                       ctx: StepContext, tries: int) -> StepOutput | StepFailed:
+        """One try, inside its span when traces are on (SPEC §25): the executor is handed
+        it, and the span is the current context while it works."""
+        trace = None
+        if self.tracer is not None:
+            trace = self.tracer.step_trace(self.recorder.run_id, spec.name, tries)
+        if trace is None:
+            return await attempt_once(executor, spec, prepared, ctx)
+        with trace.activated():
+            return await attempt_once(executor, spec, prepared, replace(ctx, trace=trace))
 
     async def _output(self, name: str, result: StepOutput | StepFailed, state: _Try,
                       secrets: list[str]) -> str | None:

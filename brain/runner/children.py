@@ -149,7 +149,9 @@ class ChildSteps:
             waiting_for["timeout_at"] = iso(due)
             timer = WaitTimer(due, WaitEnd(StepStatus.FAILED.value,
                                            f"timed out after {spec.timeout_seconds:g} s"))
-        queued = new_run(child, TriggerData(event="manual"), params=params)
+        tracer = self.context.tracer
+        queued = new_run(child, TriggerData(event="manual"), params=params,
+                         trace_context=tracer.child_trace(self.run_id, name) if tracer else None)
         self.room.ended.pop(name, None)  # an earlier try's end
         started_child = await self.store.start_child(
             self.run_id, name, tries, queued, inputs=inputs, started_at=started,

@@ -101,7 +101,7 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     event = event_of(first_start=first_start, woken=woken, retry_of=row.retry_of)
     how = "started" if first_start else "continued" if woken else "resumed"
     ended = announce_start(context.observers, RunEvent(run_id, wf.name, how, row.trigger.event,
-                                                       row.retry_of))
+                                                       row.retry_of, row.trace_context))
     result = await _execute_claimed(wf, store, row, owner, event, executors=executors,
                                     abandon_on_cancel=abandon_on_cancel, loaded=loaded,
                                     context=context)

@@ -30,6 +30,7 @@ from brain.runner.observe import Observers, RunObserver, callbacks
 from brain.runner.workflows import RunnableWorkflow, remember_known_secrets
 
 if TYPE_CHECKING:
+    from brain.executors.traced import StepTrace
     from brain.results import TriggerData
     from brain.runner.events import EventHandler, LogHandler
     from brain.store.base import RunStore
@@ -60,6 +61,20 @@ def env_lease_seconds(environ: Mapping[str, str] | None = None) -> float:
     return max(value, 1.0)
 
 
+def env_traces(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether traces are on (SPEC §25): the standard ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) or ``OTEL_TRACES_EXPORTER`` is set (and
+    neither ``OTEL_TRACES_EXPORTER=none`` nor ``OTEL_SDK_DISABLED=true`` says otherwise)."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter == "none":
+        return False
+    return bool(exporter or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
 @dataclass(frozen=True)
 class Settings:
     """The settings of the runs of one edge (a ``wf.run()`` call, a service), read once."""
@@ -72,6 +87,10 @@ class Settings:
     concurrency: int = 4
     #: ``LLM_MODEL``, ``LLM_BASE_URL``, ``LLM_API_KEY``: what ``llm()`` steps use by default.
     llm: LlmDefaults = field(default_factory=LlmDefaults)
+    #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_TRACES_EXPORTER`` set: runs are traced.
+    traces: bool = False
+    #: ``BRAIN_OTEL_CAPTURE_CONTENT=1``: traces hold prompts and answers (scrubbed).
+    trace_content: bool = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -80,7 +99,10 @@ class Settings:
         return cls(lease_seconds=env_lease_seconds(environ),
                    max_queued_runs=env_int("BRAIN_MAX_QUEUED_RUNS", 1000, environ),
                    concurrency=env_int("BRAIN_CONCURRENCY", 4, environ),
-                   llm=LlmDefaults.from_environment(environ))
+                   llm=LlmDefaults.from_environment(environ),
+                   traces=env_traces(environ),
+                   trace_content=(os.environ if environ is None else environ).get(
+                       "BRAIN_OTEL_CAPTURE_CONTENT", "").strip() in ("1", "true"))
 
 
 class LocalQueue(Protocol):
@@ -178,6 +200,42 @@ class ProcessSecrets:
         return remember_known_secrets(wf)
 
 
+class RunTracer(RunObserver, Protocol):
+    """Traces of runs (SPEC §25): an observer that also gives run creation its trace
+    context and each step try its span. ``brain.runner.tracing.RunTracing`` is the one
+    implementation; nothing of OpenTelemetry is imported unless one is made."""
+
+    def new_trace(self, incoming: Mapping[str, str] | None = None) -> str:
+        """The trace context to store with a new run: its root span's, continuing
+        ``incoming`` (W3C ``traceparent``/``tracestate`` headers) when given and valid."""
+        ...
+
+    def child_trace(self, run_id: str, step: str) -> str | None:
+        """The trace context of a child run queued by ``step`` of ``run_id``: under that
+        step's span."""
+        ...
+
+    def step_trace(self, run_id: str, step: str, tries: int) -> StepTrace | None:
+        """The span of try ``tries`` of ``step`` (begun now if it is not open yet)."""
+        ...
+
+
+def tracer_for(settings: Settings) -> RunTracer | None:
+    """This process's run tracer when ``settings`` turn traces on, else ``None`` (and
+    nothing of OpenTelemetry imported). A :class:`BrainError` with one clear line when the
+    OpenTelemetry packages are missing."""
+    if not settings.traces:
+        return None
+    try:
+        from brain.runner.tracing import process_tracing
+    except ImportError as exc:
+        raise BrainError(
+            f"traces are asked for (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is "
+            f"set) but OpenTelemetry is not installed ({exc.name or exc}): install "
+            f"'the-brain[otel]', or unset those variables") from None
+    return process_tracing(capture_content=settings.trace_content)
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What the runs of one edge (a ``wf.run()`` call, a service) execute with.
@@ -193,12 +251,25 @@ class RunContext:
     queues: LocalQueues = PROCESS_QUEUES
     loans: StoreLoans = STORE_LOANS
     secrets: SecretsView = field(default_factory=ProcessSecrets)
+    #: Traces of the runs (SPEC §25), when on; it is one of the observers too.
+    tracer: RunTracer | None = None
 
     @classmethod
     def from_environment(cls, *, observers: Iterable[RunObserver] = (),
                          store: RunStore | None = None) -> RunContext:
         """A context with :meth:`Settings.from_environment`: call it at the edge, once."""
-        return cls(Settings.from_environment(), Observers(observers), store)
+        settings = Settings.from_environment()
+        return cls(settings, Observers(observers), store).traced_by(tracer_for(settings))
+
+    def traced_by(self, tracer: RunTracer | None) -> RunContext:
+        """This context with its runs traced by ``tracer`` (which observes them too)."""
+        if tracer is None:
+            return self
+        return replace(self, tracer=tracer, observers=self.observers.joined(tracer))
+
+    def new_trace(self, incoming: Mapping[str, str] | None = None) -> str | None:
+        """The trace context to store with a new run (``None`` when traces are off)."""
+        return None if self.tracer is None else self.tracer.new_trace(incoming)
 
     def observed_by(self, *more: RunObserver | None) -> RunContext:
         """This context with ``more`` observers too (``None`` left out)."""
@@ -219,5 +290,5 @@ def context_for(context: RunContext | None, on_event: EventHandler | None = None
 
 
 __all__ = ["PROCESS_QUEUES", "STORE_LOANS", "LocalQueue", "LocalQueues", "ProcessSecrets",
-           "RunContext", "SecretsView", "Settings", "StoreLoans", "context_for", "env_int",
+           "RunContext", "RunTracer", "env_traces", "tracer_for", "SecretsView", "Settings", "StoreLoans", "context_for", "env_int",
            "env_lease_seconds"]

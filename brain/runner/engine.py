@@ -90,7 +90,7 @@ class RunExecution:
         self.room = WaitRoom(store, run_id, self.waits.wakes)
         self.steps = StepRunner(self.plan, self.values, self.recorder, self.lease,
                                 self.executors, ctx, dict(tries or {}), self.room,
-                                self.waits.waiting)
+                                self.waits.waiting, tracer=self.context.tracer)
         self.steps.children = ChildSteps(store, run_id, owner, self.plan, self.recorder,
                                          self.room, self.context, loaded)
         self.cancel_reason = "cancelled"

@@ -23,6 +23,8 @@ class RunEvent:
     #: What triggered the run (``manual``, ``webhook``, ``schedule``, ``failure``...).
     trigger_event: str = ""
     retry_of: str | None = None
+    #: Its trace context as stored with it (SPEC §25), if any.
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
     """
     context = context_for(context, on_event, on_log)
     trig = TriggerData.from_input(trigger)
-    run = new_run(wf, trig, params)  # validated before anything is opened or recorded
+    # validated before anything is opened or recorded
+    run = new_run(wf, trig, params, trace_context=context.new_trace())
     context.secrets.protect(wf)  # before the trigger is stored
     async with _store_for(store, context.loans) as st:
         owner = new_owner()
@@ -94,13 +95,15 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
         await st.create_run(run_id=run_id, workflow=run.workflow,
                             definition_hash=run.definition_hash, trigger=run.trigger,
                             step_rows=run.step_rows, owner=owner, lease_seconds=lease,
-                            previous_run_id=previous, params=run.params)
+                            previous_run_id=previous, params=run.params,
+                            trace_context=run.trace_context)
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
                                  lease_seconds=lease, executors=executors,
                                  previous_outputs=previous_outputs, context=context,
                                  params=run.params, lease_renewed_at=leased_at)
         ended = announce_start(context.observers, RunEvent(run_id, wf.name, "started",
-                                                           trig.event))
+                                                           trig.event,
+                                                           trace_context=run.trace_context))
         await execution.execute()
         result = await st.get_run(run_id)
         ended(result)

@@ -32,7 +32,8 @@ class QueueStore(Protocol):
                           fire_time: datetime | None = None,
                           max_queued: int | None = None,
                           concurrency_key: str | None = None,
-                          params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
+                          params: Mapping[str, Any] | None = None,
+                          trace_context: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
 
@@ -43,16 +44,18 @@ def queue_limit() -> int:
 
 
 def new_run(wf: RunnableWorkflow, trigger: TriggerData,
-            params: Mapping[str, Any] | None = None) -> QueuedRun:
+            params: Mapping[str, Any] | None = None, *,
+            trace_context: str | None = None) -> QueuedRun:
     """A new run of ``wf`` as it is queued: a fresh id, the definition, a row per step, its
     parameters validated (defaults applied; :class:`~brain.WorkflowInputError` before
-    anything is queued) and its concurrency key resolved from ``trigger`` and them."""
+    anything is queued) and its concurrency key resolved from ``trigger`` and them;
+    ``trace_context``: its trace's (SPEC §25, ``RunTracer.new_trace``), stored with it."""
     valid = wf.spec.params.validate(params)
     return QueuedRun(run_id=uuid.uuid4().hex, workflow=wf.name,
                      definition_hash=wf.definition_hash, trigger=trigger,
                      step_rows=[(s.name, s.kind) for s in wf.spec.steps],
                      concurrency_key=concurrency_key_of(wf.spec.concurrency_key, trigger, valid),
-                     params=valid)
+                     params=valid, trace_context=trace_context)
 
 
 #: A key longer than this is kept as its start and a digest of the whole.
@@ -98,7 +101,8 @@ async def enqueue(store: QueueStore, run: QueuedRun, *, trigger_key: str | None,
         run_id=run.run_id, workflow=run.workflow, definition_hash=run.definition_hash,
         trigger=run.trigger, step_rows=run.step_rows, trigger_key=trigger_key,
         delivery_id=delivery_id, fire_time=fire_time, max_queued=max_queued,
-        concurrency_key=run.concurrency_key, params=run.params)
+        concurrency_key=run.concurrency_key, params=run.params,
+        trace_context=run.trace_context)
 
 
 def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error: str,

@@ -133,15 +133,24 @@ async def get_workflow(brain: NamedDependency[ServiceAccess], name: FromPath[str
 @post("/workflows/{name:str}/runs", status_code=202, guards=[json_only],
       operation_class=OptionalBodyOperation,
       responses=documented(400, 404, 413, 415, 422, 429, successes=QUEUED_OR_ENDED))
-async def start_run(brain: NamedDependency[ServiceAccess], name: FromPath[str],
+async def start_run(request: Request[Any, Any, Any], brain: NamedDependency[ServiceAccess],
+                    name: FromPath[str],
                     data: JSONBody[RunRequest | None] = None) -> Response[RunAccepted | RunEnded]:
     """Queue a run: ``{"params": {...}, "body": ..., "wait": false}``; with ``wait``,
     answer when it ends, with its ``output`` (or 202 after 30 s). Parameters that do not
-    validate: 422, one error per field, nothing queued."""
+    validate: 422, one error per field, nothing queued. A ``traceparent`` header: the run's
+    trace continues the caller's (when traces are on, SPEC §25)."""
     data = data or RunRequest()
     trigger = TriggerData.from_input({"body": data.body}, event="manual")
-    run_id, _ = await brain.start(name, trigger, trigger_key="api", params=data.params or {})
+    run_id, _ = await brain.start(name, trigger, trigger_key="api", params=data.params or {},
+                                  trace_parent=trace_headers(request.headers))
     return await _answer(brain, run_id, data.wait, 30.0)
+
+
+def trace_headers(headers: Any) -> dict[str, str] | None:
+    """A request's W3C trace context headers (``traceparent``, ``tracestate``), if any."""
+    found = {k: headers[k] for k in ("traceparent", "tracestate") if headers.get(k)}
+    return found or None
 
 
 async def _answer(brain: ServiceAccess, run_id: str, wait: bool,
@@ -308,7 +317,7 @@ async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependenc
     try:
         run_id, created = await brain.start(hook.workflow, trigger, trigger_key="webhook",
                                             delivery_id=webhooks.delivery_id(headers),
-                                            params=params)
+                                            params=params, trace_parent=trace_headers(headers))
     except QueueFull:
         brain.count_delivery(shown, "throttled")
         raise

@@ -176,12 +176,15 @@ class BrainService:
     async def enqueue(self, wf: RunnableWorkflow, trigger: TriggerData, *, trigger_key: str,
                       delivery_id: str | None = None,
                       fire_time: datetime | None = None,
-                      params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
+                      params: Mapping[str, Any] | None = None,
+                      trace_parent: Mapping[str, str] | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)`` (see ``Store.enqueue_run``). ``params``
-        are validated first (:class:`~brain.WorkflowInputError`: nothing is queued)."""
+        are validated first (:class:`~brain.WorkflowInputError`: nothing is queued).
+        ``trace_parent``: the W3C trace context (``traceparent``, ``tracestate``) of the
+        request that asks for it, which its trace continues when traces are on (SPEC §25)."""
         from brain.runner.queueing import enqueue, new_run
 
-        run = new_run(wf, trigger, params)
+        run = new_run(wf, trigger, params, trace_context=self.context.new_trace(trace_parent))
         run_id, created = await enqueue(self.store, run, trigger_key=trigger_key,
                                         max_queued=self.max_queued, delivery_id=delivery_id,
                                         fire_time=fire_time)

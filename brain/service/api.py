@@ -95,20 +95,24 @@ class BrainApi:
 
     async def start(self, workflow: str | RunnableWorkflow, trigger: TriggerData | None = None,
                     *, trigger_key: str = "api", delivery_id: str | None = None,
-                    params: Mapping[str, Any] | None = None) -> tuple[str, bool]:
+                    params: Mapping[str, Any] | None = None,
+                    trace_parent: Mapping[str, str] | None = None) -> tuple[str, bool]:
         """Queue a run of ``workflow`` (a loaded one's name, or the workflow itself) with
         ``trigger`` and ``params``; committed when this returns. ``(run_id, created)``: with
         a ``delivery_id`` seen before, the run queued then and ``False``.
 
         :class:`UnknownWorkflow` for a name not loaded; :class:`~brain.WorkflowInputError`
         for parameters that do not validate (checked before anything is queued);
-        :class:`QueueFull` past the queue limit (``BRAIN_MAX_QUEUED_RUNS``)."""
+        :class:`QueueFull` past the queue limit (``BRAIN_MAX_QUEUED_RUNS``).
+        ``trace_parent``: the caller's W3C trace context (``traceparent``, ``tracestate``
+        headers), which the run's trace continues when traces are on (SPEC §25)."""
         wf = self.workflow(workflow) if isinstance(workflow, str) else workflow
         trigger = trigger or TriggerData(event="manual")
         valid = wf.spec.params.validate(params)  # before anything is queued
         if self._service is not None:
             run_id, created = await self._service.enqueue(wf, trigger, trigger_key=trigger_key,
-                                                          delivery_id=delivery_id, params=valid)
+                                                          delivery_id=delivery_id, params=valid,
+                                                          trace_parent=trace_parent)
         else:
             from brain.runner.queueing import enqueue, new_run, queue_limit
 

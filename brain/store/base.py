@@ -55,6 +55,8 @@ class RunRecord:
     parent_run_id: str | None = None
     #: ...and the step of it that did.
     parent_step: str | None = None
+    #: Its trace context (SPEC §25), stored when it was created, if any.
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class QueuedRun:
     concurrency_key: str | None = None
     #: Its validated parameters (SPEC §21).
     params: dict[str, Any] = field(default_factory=dict)
+    #: Its trace context (SPEC §25), as ``brain.runner.tracing`` makes it, if any.
+    trace_context: str | None = None
 
 
 def stored_trigger(trigger: TriggerData) -> TriggerData:

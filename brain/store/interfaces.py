@@ -69,9 +69,11 @@ class RecordStore(Protocol):
                          trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                          owner: str | None = None, lease_seconds: float = 30,
                          previous_run_id: str | None = None,
-                         params: Mapping[str, Any] | None = None) -> datetime:
+                         params: Mapping[str, Any] | None = None,
+                         trace_context: str | None = None) -> datetime:
         """Insert a run and its pending steps; queued, or running under ``owner``'s lease;
-        ``params``: its validated parameters (SPEC §21)."""
+        ``params``: its validated parameters (SPEC §21); ``trace_context``: its trace's
+        (SPEC §25)."""
         ...
 
     async def set_previous_run(self, run_id: str, previous_run_id: str | None, *,
@@ -198,7 +200,8 @@ class ClaimStore(Protocol):
                           fire_time: datetime | None = None,
                           max_queued: int | None = None,
                           concurrency_key: str | None = None,
-                          params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
+                          params: Mapping[str, Any] | None = None,
+                          trace_context: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
 

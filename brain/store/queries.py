@@ -17,7 +17,7 @@ RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "
                "trigger_path", "trigger_headers", "error", "previous_run_id", "created_at",
                "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
                "trigger_key", "delivery_id", "retry_of", "concurrency_key", "params",
-               "output", "parent_run_id", "parent_step", "parent_try", "depth")
+               "output", "parent_run_id", "parent_step", "parent_try", "depth", "trace_context")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
                 "error", "stderr", "started_at", "ended_at", "waiting_for", "decision", "usage",
                 "progress")

@@ -62,7 +62,8 @@ class RunQueue(UsesBackend):
                           fire_time: datetime | None = None,
                           max_queued: int | None = None,
                           concurrency_key: str | None = None,
-                          params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
+                          params: Mapping[str, Any] | None = None,
+                          trace_context: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run (and its schedule fire claim) in one transaction.
 
         Returns ``(run_id, True)`` when created; ``(first_run_id, False)`` for a
@@ -76,7 +77,8 @@ class RunQueue(UsesBackend):
         row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
                                            now, params, trigger_key=trigger_key,
                                            delivery_id=delivery_id,
-                                           concurrency_key=concurrency_key)
+                                           concurrency_key=concurrency_key,
+                                           trace_context=trace_context)
         statements: list[Statement] = []
         if fire_time is not None:
             statements.append((queries.INSERT_FIRE, {
@@ -111,7 +113,8 @@ class RunQueue(UsesBackend):
         for q in runs:
             row, steps = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
                                          q.step_rows, now, q.params, trigger_key=trigger_key,
-                                         concurrency_key=q.concurrency_key)
+                                         concurrency_key=q.concurrency_key,
+                                         trace_context=q.trace_context)
             run_rows.append(row)
             step_values += steps
         statements: list[Statement] = [(queries.INSERT_RUN, run_rows)]

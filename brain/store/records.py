@@ -94,7 +94,8 @@ def queue_statements(queued: Sequence[QueuedRun], now: datetime) -> list[Stateme
         row, step_values = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
                                            q.step_rows, now, q.params,
                                            trigger_key=q.trigger.event,
-                                           concurrency_key=q.concurrency_key)
+                                           concurrency_key=q.concurrency_key,
+                                           trace_context=q.trace_context)
         statements += run_statements(row, step_values)
     return statements
 
@@ -156,7 +157,8 @@ def run_record(row: Row) -> RunRecord:
                      lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
                      retry_of=row["retry_of"], concurrency_key=row.get("concurrency_key"),
                      params=params_of(row), parent_run_id=row.get("parent_run_id"),
-                     parent_step=row.get("parent_step"))
+                     parent_step=row.get("parent_step"),
+                     trace_context=row.get("trace_context"))
 
 
 def parent_of(row: Row) -> dict[str, str] | None:

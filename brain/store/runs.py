@@ -43,7 +43,8 @@ class RunLifecycle(UsesBackend):
                          trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
                          owner: str | None = None, lease_seconds: float = 30,
                          previous_run_id: str | None = None,
-                         params: Mapping[str, Any] | None = None) -> datetime:
+                         params: Mapping[str, Any] | None = None,
+                         trace_context: str | None = None) -> datetime:
         """Insert a run and its pending steps (``(name, kind)`` in call order) in one commit.
 
         With ``owner`` the run starts ``running`` under that owner's lease,
@@ -52,7 +53,8 @@ class RunLifecycle(UsesBackend):
         """
         now = utcnow()
         row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
-                                           now, params, previous_run_id=previous_run_id)
+                                           now, params, previous_run_id=previous_run_id,
+                                           trace_context=trace_context)
         insert = queries.INSERT_RUN
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,

@@ -105,6 +105,8 @@ runs = Table(
     Column("parent_step", String(200)),
     Column("parent_try", Integer),
     Column("depth", Integer),
+    # Its trace context (SPEC §25): JSON, the root span's and its parent's W3C ``traceparent``.
+    Column("trace_context", Text),
     Index("ux_brain_runs_parent", "parent_run_id", "parent_step", "parent_try", unique=True),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
     Index("ix_brain_runs_concurrency", "workflow", "concurrency_key", "status"),
