@@ -48,6 +48,13 @@ def echo_args() -> str:
 
 
 @app.tool()
+def trace_meta() -> str:
+    """Return the ``params._meta`` of this tools/call as JSON (the trace context a client
+    sent: SPEC §25)."""
+    return json.dumps(_LAST_CALL.get("_meta") or {}, sort_keys=True)
+
+
+@app.tool()
 def echo(text: str) -> str:
     """Return the text unchanged."""
     return text
