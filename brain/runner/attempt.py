@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from brain.executors import Executor
     from brain.executors.waits import WaitRequest
     from brain.runner.children import ChildSteps
-    from brain.runner.lease import Lease
     from brain.runner.context import RunTracer
+    from brain.runner.lease import Lease
     from brain.runner.logwriter import LogWriter
     from brain.runner.values import Values
     from brain.runner.waiting import WaitRoom

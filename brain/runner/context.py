@@ -290,5 +290,5 @@ def context_for(context: RunContext | None, on_event: EventHandler | None = None
 
 
 __all__ = ["PROCESS_QUEUES", "STORE_LOANS", "LocalQueue", "LocalQueues", "ProcessSecrets",
-           "RunContext", "RunTracer", "env_traces", "tracer_for", "SecretsView", "Settings", "StoreLoans", "context_for", "env_int",
-           "env_lease_seconds"]
+           "RunContext", "RunTracer", "SecretsView", "Settings", "StoreLoans", "context_for",
+           "env_int", "env_lease_seconds", "env_traces", "tracer_for"]

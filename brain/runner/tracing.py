@@ -170,6 +170,8 @@ class _RunState:
 
     def __init__(self, context: RunTraceContext, event: RunEvent) -> None:
         self.context = context
+        #: The parent of its step spans, made once.
+        self.root = context.root_context()
         self.event = event
         self.steps: dict[str, StepSpan] = {}
 
@@ -281,12 +283,12 @@ class RunTracing(RunObserver):
             if kind and not span.span.attributes.get("brain.step.kind"):  # type: ignore[attr-defined]
                 span.span.set_attribute("brain.step.kind", kind)
             return span
-        attributes: dict[str, Any] = {"brain.run.id": run_id, "brain.step.name": _text(step, 200),
+        # A step's name is the workflow's code (never a secret): not scrubbed, it costs nothing.
+        attributes: dict[str, Any] = {"brain.run.id": run_id, "brain.step.name": step,
                                       "brain.step.try": tries}
         if kind:
             attributes["brain.step.kind"] = kind
-        otel_span = self.tracer.start_span(f"step {_text(step, 200)}",
-                                           state.context.root_context(), SpanKind.INTERNAL,
+        otel_span = self.tracer.start_span(f"step {step}", state.root, SpanKind.INTERNAL,
                                            attributes)
         span = state.steps[step] = StepSpan(self.tracer, otel_span, tries, self.capture_content)
         return span
