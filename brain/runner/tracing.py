@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -262,8 +263,14 @@ class RunTracing(RunObserver):
         if state is None or event.status == "skipped":
             return
         span = state.steps.pop(event.step, None)
-        if span is None:  # it failed (or was cancelled) before a try began
-            span = self._open(state, event.run_id, event.step, event.kind, max(event.tries, 1))
+        if span is None:
+            # It failed (or was cancelled) before a try began, or it waited while another
+            # process (or an earlier execution here) had the run: its span starts when the
+            # try did, so a wait's span covers the wait wherever the run continued.
+            began = (time.time_ns() - int(event.seconds * 1_000_000_000)
+                     if event.seconds else None)
+            span = self._open(state, event.run_id, event.step, event.kind, max(event.tries, 1),
+                              start_time=began)
             state.steps.pop(event.step, None)
         if event.usage:
             for key, name in (("input_tokens", "input_tokens"), ("prompt_tokens", "input_tokens"),
@@ -276,7 +283,7 @@ class RunTracing(RunObserver):
     # --- spans ---------------------------------------------------------------------------
 
     def _open(self, state: _RunState, run_id: str, step: str, kind: str,
-              tries: int) -> StepSpan:
+              tries: int, *, start_time: int | None = None) -> StepSpan:
         """The open span of ``step``, or a new one for try ``tries``."""
         span = state.steps.get(step)
         if span is not None:
@@ -289,7 +296,7 @@ class RunTracing(RunObserver):
         if kind:
             attributes["brain.step.kind"] = kind
         otel_span = self.tracer.start_span(f"step {step}", state.root, SpanKind.INTERNAL,
-                                           attributes)
+                                           attributes, start_time=start_time)
         span = state.steps[step] = StepSpan(self.tracer, otel_span, tries, self.capture_content)
         return span
 
