@@ -94,7 +94,8 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
         await st.create_run(run_id=run_id, workflow=run.workflow,
                             definition_hash=run.definition_hash, trigger=run.trigger,
                             step_rows=run.step_rows, owner=owner, lease_seconds=lease,
-                            previous_run_id=previous, params=run.params)
+                            previous_run_id=previous, params=run.params,
+                            step_prints=run.step_prints, version=run.version)
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
                                  lease_seconds=lease, executors=executors,
                                  previous_outputs=previous_outputs, context=context,

@@ -133,7 +133,8 @@ class ChildRuns(UsesBackend):
                 row, step_values = queued_run_rows(
                     child.run_id, child.workflow, child.definition_hash, child.trigger,
                     child.step_rows, now, child.params, trigger_key="parent",
-                    concurrency_key=child.concurrency_key, depth=depth, **ids)
+                    concurrency_key=child.concurrency_key, depth=depth,
+                    step_prints=child.step_prints, version=child.version, **ids)
                 for sql, params in run_statements(row, step_values):
                     conn.write(sql, params)
             shown = {**waiting_for, "run_id": child_id}

@@ -62,12 +62,15 @@ class RunQueue(UsesBackend):
                           fire_time: datetime | None = None,
                           max_queued: int | None = None,
                           concurrency_key: str | None = None,
-                          params: Mapping[str, Any] | None = None) -> tuple[str | None, bool]:
+                          params: Mapping[str, Any] | None = None,
+                          step_prints: str | None = None,
+                          version: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run (and its schedule fire claim) in one transaction.
 
         Returns ``(run_id, True)`` when created; ``(first_run_id, False)`` for a
         repeated ``delivery_id``; ``(None, False)`` when ``fire_time`` was
-        already claimed. Raises :class:`QueueFull` over ``max_queued``.
+        already claimed. Raises :class:`QueueFull` over ``max_queued``. ``step_prints`` and
+        ``version``: what its steps do and its file's version (SPEC §24).
         """
         # A repeated delivery id is caught by the unique index below; no lookup first.
         if max_queued is not None and await self._queued_estimate() >= max_queued:
@@ -76,7 +79,8 @@ class RunQueue(UsesBackend):
         row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
                                            now, params, trigger_key=trigger_key,
                                            delivery_id=delivery_id,
-                                           concurrency_key=concurrency_key)
+                                           concurrency_key=concurrency_key,
+                                           step_prints=step_prints, version=version)
         statements: list[Statement] = []
         if fire_time is not None:
             statements.append((queries.INSERT_FIRE, {
@@ -111,7 +115,8 @@ class RunQueue(UsesBackend):
         for q in runs:
             row, steps = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
                                          q.step_rows, now, q.params, trigger_key=trigger_key,
-                                         concurrency_key=q.concurrency_key)
+                                         concurrency_key=q.concurrency_key,
+                                         step_prints=q.step_prints, version=q.version)
             run_rows.append(row)
             step_values += steps
         statements: list[Statement] = [(queries.INSERT_RUN, run_rows)]
