@@ -2,7 +2,8 @@
 
 A definition is a DAG of ``shell`` and ``@step`` steps (``after=`` makes the edges); half the
 ``@step`` functions return what a helper function of the module returns, so an edit of the
-helper is an edit of the step. :func:`source` writes it as a workflow file named ``flow``;
+helper is an edit of the step. The steps are siblings of one ``parallel()`` block, so a step
+waits for the steps of its ``after=`` and nothing else. :func:`source` writes it as a workflow file named ``flow``;
 :func:`expected_change` says which step of a run a change fails, by the rule.
 """
 
@@ -31,7 +32,7 @@ WORDS = ("alpha", "beta", "gamma", "delta")
 
 def source(flow: Flow) -> str:
     """The workflow file of ``flow`` (workflow ``flow``)."""
-    lines = ["from brain import shell, step, workflow", ""]
+    lines = ["from brain import parallel, shell, step, workflow", ""]
     for s in flow:
         if s.kind == "step":
             if s.helper:
@@ -39,13 +40,14 @@ def source(flow: Flow) -> str:
             body = f"helper_{s.name}()" if s.helper else repr(s.word)
             lines += [f"@step(name={s.name!r})", f"def fn_{s.name}() -> str:",
                       f"    return {body}", ""]
-    lines += ["@workflow", "def flow():"]
+    # siblings in a parallel() block: a step waits for its after= alone, not its call order
+    lines += ["@workflow", "def flow():", "    with parallel():"]
     for s in flow:
         after = f"after={list(s.after)!r}"
         if s.kind == "shell":
-            lines.append(f"    shell({s.name!r}, command='echo {s.word}', {after})")
+            lines.append(f"        shell({s.name!r}, command='echo {s.word}', {after})")
         else:
-            lines.append(f"    fn_{s.name}.with_options({after})()")
+            lines.append(f"        fn_{s.name}.with_options({after})()")
     return "\n".join(lines) + "\n"
 
 
@@ -89,10 +91,10 @@ def edits(draw: st.DrawFn, flow: Flow) -> Flow:
             steps[i] = replace(s, word=draw(st.sampled_from(WORDS)))
         elif what == "kind":
             steps[i] = replace(s, kind="step" if s.kind == "shell" else "shell")
-        elif what == "remove":
+        elif what == "remove" and len(steps) > 1:  # a workflow keeps a step
             del steps[i]
             steps = [replace(o, after=tuple(a for a in o.after if a != s.name)) for o in steps]
-        else:
+        elif what == "upstream":
             earlier = [o.name for o in steps[:i]]
             after = draw(st.lists(st.sampled_from(earlier), unique=True, max_size=2)) \
                 if earlier else []
