@@ -105,6 +105,12 @@ runs = Table(
     Column("parent_step", String(200)),
     Column("parent_try", Integer),
     Column("depth", Integer),
+    # The definition it runs on (SPEC §24): each step's fingerprint and upstream (JSON, see
+    # brain.dsl.fingerprint), the version of the workflow's file it started on, and the
+    # versions it continued on after a change (a JSON list; NULL: none).
+    Column("step_prints", StoredText),
+    Column("version", String(64)),
+    Column("continued_on", StoredText),
     # Its trace context (SPEC §25): JSON, the root span's and its parent's W3C ``traceparent``.
     Column("trace_context", Text),
     Index("ux_brain_runs_parent", "parent_run_id", "parent_step", "parent_try", unique=True),
