@@ -60,6 +60,20 @@ def env_lease_seconds(environ: Mapping[str, str] | None = None) -> float:
     return max(value, 1.0)
 
 
+def env_seconds(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    """A number of seconds (0 or more, finite) from the environment, ``default`` when unset."""
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BrainError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if not 0 <= value < float("inf"):
+        raise BrainError(f"{name} must be a number of seconds, 0 or more")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """The settings of the runs of one edge (a ``wf.run()`` call, a service), read once."""
@@ -72,6 +86,9 @@ class Settings:
     concurrency: int = 4
     #: ``LLM_MODEL``, ``LLM_BASE_URL``, ``LLM_API_KEY``: what ``llm()`` steps use by default.
     llm: LlmDefaults = field(default_factory=LlmDefaults)
+    #: ``BRAIN_MCP_WAIT_SECONDS``: how long an MCP ``tools/call`` waits for its run's end
+    #: before it answers with the run's state (SPEC §23).
+    mcp_wait_seconds: float = 60.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -80,7 +97,8 @@ class Settings:
         return cls(lease_seconds=env_lease_seconds(environ),
                    max_queued_runs=env_int("BRAIN_MAX_QUEUED_RUNS", 1000, environ),
                    concurrency=env_int("BRAIN_CONCURRENCY", 4, environ),
-                   llm=LlmDefaults.from_environment(environ))
+                   llm=LlmDefaults.from_environment(environ),
+                   mcp_wait_seconds=env_seconds("BRAIN_MCP_WAIT_SECONDS", 60.0, environ))
 
 
 class LocalQueue(Protocol):
