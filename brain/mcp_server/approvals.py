@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 #: ``by`` of a decision taken through MCP.
 BY_MCP = "mcp"
+#: What :func:`record` says when the user decided nothing: a person decides elsewhere.
+UNDECIDED = ("the user declined to decide", "the user dismissed the question", "no answer",
+             "the answer did not say approve true or false")
 
 #: The form a user answers: approve or reject, and an optional comment.
 DECISION_SCHEMA: dict[str, Any] = {
@@ -85,12 +88,11 @@ async def record(api: BrainApi, run_id: str, step: str, answer: object) -> str:
     decided``...)."""
     if not isinstance(answer, ElicitResult) or answer.action != "accept":
         action = answer.action if isinstance(answer, ElicitResult) else None
-        return {"decline": "the user declined to decide",
-                "cancel": "the user dismissed the question"}.get(action or "", "no answer")
+        return {"decline": UNDECIDED[0], "cancel": UNDECIDED[1]}.get(action or "", UNDECIDED[2])
     content = answer.content or {}
     approve = content.get("approve")
     if not isinstance(approve, bool):
-        return "the answer did not say approve true or false"
+        return UNDECIDED[3]
     comment = content.get("comment")
     try:
         await api.decide(run_id, step, approved=approve,

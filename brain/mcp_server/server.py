@@ -244,7 +244,7 @@ def _approval_to_ask(run: RunResult, asked: dict[str, str]) -> str | None:
 
 
 def _unanswered(asked: dict[str, str]) -> bool:
-    return any(outcome not in ("approved", "rejected") for outcome in asked.values())
+    return any(outcome in approvals.UNDECIDED for outcome in asked.values())
 
 
 def _note(asked: dict[str, str]) -> str | None:

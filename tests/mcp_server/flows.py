@@ -45,7 +45,7 @@ def slow(seconds: float = 1.0) -> str:
 
 
 @workflow(mcp=True)
-def deploy(service: str) -> str:
+def deploy(service: str) -> str | None:
     """Deploy SERVICE once a person approves."""
     ok = approval("go", prompt=f"Deploy {service} to production?")
     with when(ok):
