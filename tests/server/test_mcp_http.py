@@ -204,3 +204,20 @@ def test_no_wrong_token_or_foreign_host_gets_through(server: AppServer) -> None:
 
         wrong_token()
         foreign_host()
+
+
+async def test_one_brain_calls_another_brains_workflow_with_mcp_tool(
+        server: AppServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from brain import mcp_tool, secret, workflow
+
+    monkeypatch.setenv("OTHER_BRAIN_TOKEN", TOKEN)
+
+    @workflow
+    def caller() -> str:
+        return mcp_tool("ask", url=server.url + "/mcp", tool="hello",
+                        args={"name": "from afar", "loud": False},
+                        bearer=secret("OTHER_BRAIN_TOKEN"), timeout_seconds=30)
+
+    result = await caller.arun(store=f"sqlite+aiosqlite:///{tmp_path / 'caller.db'}")
+    assert result.succeeded, result.error
+    assert "hello from afar" in result.steps["ask"].output
