@@ -99,7 +99,7 @@ class BrainService:
 
     def run_changed(self) -> asyncio.Future[None]:
         """A future that is done at the next change of any run this process executes (a
-        step began, ended or began to wait; an execution ended)."""
+        step ended or began to wait; an execution ended)."""
         return self.changes.next_change()
 
     def observe(self, observer: RunObserver) -> None:

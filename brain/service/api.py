@@ -234,8 +234,8 @@ class BrainApi:
             delay = min(delay * 1.5, _LOOK_AT_MOST_SECONDS)
 
     async def watch(self, run_id: str, seconds: float) -> AsyncIterator[RunResult]:
-        """The run (with its steps) now, then again each time it changed — a step began,
-        ended, retried or began to wait, or the run's status changed — until it has ended
+        """The run (with its steps) now, then again each time it changed — a step ended,
+        retried or began to wait, or the run's status changed — until it has ended
         (the last one given) or ``seconds`` passed.
 
         Read from the store, so a run executed by any process is followed; with a service,

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 class RunChanges(RunObserver):
     """A future that is done at the next change of any run this process executes: a step
-    began, ended or began to wait, or an execution ended."""
+    ended (or retried) or began to wait, or an execution ended. A step's start is not one:
+    followers count what ended, and each wake costs a read."""
 
     def __init__(self) -> None:
         self._next: asyncio.Future[None] | None = None
@@ -34,9 +35,6 @@ class RunChanges(RunObserver):
     def _changed(self) -> None:
         if self._next is not None and not self._next.done():
             self._next.set_result(None)
-
-    def step_started(self, event: StepEvent) -> None:
-        self._changed()
 
     def step_ended(self, event: StepEvent) -> None:
         self._changed()

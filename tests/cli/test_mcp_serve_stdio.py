@@ -14,6 +14,7 @@ import pytest
 from brain.store import Store
 
 FLOWS = Path(__file__).resolve().parents[1] / "mcp_server" / "flows.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp_deploy.py"
 
 
 def _brain() -> tuple[str, list[str]]:
@@ -49,3 +50,29 @@ async def test_brain_mcp_serve_answers_the_sdk_stdio_client(tmp_path: Path, mode
     async with Store(db) as store:
         run = await store.get_run(deployed.structured_content["run_id"])
     assert run.trigger.event == "mcp" and run.steps["go"].decision["by"] == "mcp"
+
+
+async def test_the_docs_deploy_example_is_approved_from_the_agents_window(tmp_path: Path) -> None:
+    """examples/mcp_deploy.py (docs/mcp-server.md's worked example), as a desktop client
+    configured like the docs say would call it."""
+    from mcp import Client, StdioServerParameters
+    from mcp_types import ElicitResult
+
+    command, args = _brain()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAIN_", "THE_BRAIN_"))}
+    env["BRAIN_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}"
+    server = StdioServerParameters(command=command, args=[*args, "mcp", "serve", str(EXAMPLE)],
+                                   env=env, cwd=str(tmp_path))
+    prompts: list[str] = []
+
+    async def person(context: object, params: object) -> ElicitResult:
+        prompts.append(params.message)  # type: ignore[attr-defined]
+        return ElicitResult(action="accept", content={"approve": True, "comment": "go ahead"})
+
+    async with Client(server, elicitation_callback=person) as client:
+        tool, = [t for t in (await client.list_tools()).tools if t.name == "deploy"]
+        result = await client.call_tool("deploy", {"service": "api", "env": "prod"})
+    assert tool.input_schema["properties"]["env"]["enum"] == ["staging", "prod"]
+    assert "would deploy api latest to prod" in prompts[0]
+    assert result.structured_content["result"] == {"service": "api", "version": "latest",
+                                                   "env": "prod", "approved": True}
