@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from brain._clock import utcnow
 from brain.results import TriggerData
-from brain.service.changes import RunChanges
 from brain.service.hooks import Hook, hook_routes
 
 if TYPE_CHECKING:
@@ -47,6 +46,7 @@ class BrainService:
         from brain.runner import new_owner
         from brain.runner.context import RunContext
         from brain.runner.observe import RunLog
+        from brain.service.changes import RunChanges
         from brain.service.taking import RunTaker
         from brain.service.triggering import Triggers
         from brain.store import Store
