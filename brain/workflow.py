@@ -246,14 +246,14 @@ def workflow(fn: Callable[..., Any], /) -> Workflow: ...
 @overload
 def workflow(*, name: str | None = None, triggers: Sequence[TriggerSpec] = (),
              description: str | None = None, max_concurrent_runs: int | None = None,
-             concurrency_key: str | None = None,
-             on_failure: Sequence[Workflow] = ()) -> Callable[[Callable[..., Any]], Workflow]: ...
+             concurrency_key: str | None = None, on_failure: Sequence[Workflow] = (),
+             mcp: bool = False) -> Callable[[Callable[..., Any]], Workflow]: ...
 
 
 def workflow(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
              triggers: Sequence[TriggerSpec] = (), description: str | None = None,
              max_concurrent_runs: int | None = None, concurrency_key: str | None = None,
-             on_failure: Sequence[Workflow] = ()) -> Any:
+             on_failure: Sequence[Workflow] = (), mcp: bool = False) -> Any:
     """Trace a plain function into a workflow, once, when it is decorated.
 
     >>> @workflow                                  # doctest: +SKIP
@@ -271,6 +271,10 @@ def workflow(fn: Callable[..., Any] | None = None, /, *, name: str | None = None
     workflows is queued in the same transaction, with ``trigger.event ==
     "failure"`` and the failed run as a JSON body (``run_id``, ``workflow``,
     ``error``, ``failed_step``, ``failed_step_error``).
+
+    ``mcp=True``: The Brain's MCP server (``/mcp`` on ``brain serve``, ``brain mcp serve``)
+    offers the workflow as a tool named after it, its parameters the tool's input (SPEC
+    §23). Nothing is offered unless it says so.
     """
 
     given: Any = on_failure
@@ -289,7 +293,7 @@ def workflow(fn: Callable[..., Any] | None = None, /, *, name: str | None = None
 
     def decorate(f: Callable[..., Any]) -> Workflow:
         spec = trace_workflow(f, name or f.__name__, list(triggers), description,
-                              max_concurrent_runs, concurrency_key)
+                              max_concurrent_runs, concurrency_key, mcp=mcp)
         # What this workflow declares secret is kept from every step of every workflow
         # in this process, and scrubbed from all that is stored.
         names, literals = spec.declared_secrets

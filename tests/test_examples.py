@@ -31,7 +31,7 @@ NEEDS_OTHER_SERVERS = {"two_models.py", "digest_memories.py"}
 RUN_FROM_A_COPY = {"notes_digest.py"}
 # approve_deploy.py waits for a person and a CI signal: run below, answered by the commands
 # docs/waiting.md shows.
-WAITS_FOR_ANSWERS = {"approve_deploy.py"}
+WAITS_FOR_ANSWERS = {"approve_deploy.py", "mcp_deploy.py"}  # mcp_deploy: tests/mcp_server
 
 
 @pytest.fixture(scope="module")

@@ -220,6 +220,12 @@ def _tool_commands(sub: Any) -> None:
     t.add_argument("--transport", choices=("streamable-http", "sse"), default="streamable-http",
                    help="the HTTP transport (default: streamable-http)")
     t.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+    m = mcpsub.add_parser("serve", help="serve the mcp=True workflows as MCP tools over stdio",
+                          description="Serve the workflows declared @workflow(mcp=True) as MCP "
+                                      "tools over stdin/stdout (for desktop clients), recording "
+                                      "and executing their runs in BRAIN_DATABASE_URL.")
+    m.add_argument("paths", nargs="*", metavar="PATH",
+                   help="workflow files or folders (default: the current folder)")
 
     p = sub.add_parser("db", help="database schema")
     dbsub = p.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
@@ -313,7 +319,8 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error("brain db needs an action: upgrade")
     if args.command == "mcp":
         if args.mcp_command is None:
-            parser.error("brain mcp needs an action: tools")
+            parser.error("brain mcp needs an action: tools, serve")
+    if args.command == "mcp" and args.mcp_command == "tools":
         if args.server and args.server[0] == "--":
             args.server = args.server[1:]
         if args.url is not None and args.server:

@@ -372,8 +372,14 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    """``brain mcp tools``: a server's tools and their input schemas."""
+    """``brain mcp tools``: a server's tools and their input schemas; ``brain mcp serve``:
+    The Brain's own MCP server over stdio."""
     from brain.executors.mcp_tools import list_tools
+
+    if args.mcp_command == "serve":
+        from brain.cli.serve import cmd_mcp_serve
+
+        return cmd_mcp_serve(args)
 
     if args.url is None:
         tools = asyncio.run(list_tools(args.server))

@@ -298,6 +298,22 @@ def _serve(app: Litestar, service: BrainService, workflows: dict[str, object],
     return 0 if server.started else 2
 
 
+def cmd_mcp_serve(args: argparse.Namespace) -> int:
+    """``brain mcp serve``: the ``mcp=True`` workflows as MCP tools over stdio (SPEC §23)."""
+    from brain.mcp_server.stdio import serve_stdio, stdio_service
+
+    workflows = _load(args.paths)
+    service = stdio_service(workflows)  # type: ignore[arg-type]
+
+    async def go() -> None:
+        await service.preflight()
+        with serving_lock(service.store.url, "mcp"):
+            await serve_stdio(service, claimed=setup_logging)
+
+    asyncio.run(go())
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """Execute queued runs until SIGTERM/SIGINT."""
     from brain.service import BrainService

@@ -289,6 +289,8 @@ class WorkflowSpec(_Frozen):
     #: A text of ``{trigger...}`` placeholders (SPEC §19): the limit then counts the runs
     #: whose key resolved to the same text.
     concurrency_key: str | None = None
+    #: ``@workflow(mcp=True)``: served as a tool by The Brain's MCP server (SPEC §23).
+    mcp: bool = False
     source_file: str | None = None
     groups: tuple[ForEachSpec, ...] = ()
     params_schema: dict[str, Any] = Field(default_factory=lambda: ParamsSpec().schema)

@@ -89,7 +89,7 @@ def _check_trigger_params(where: str, params: ParamsSpec,
 
 def trace_workflow(fn: Callable[..., Any], name: str, triggers: Sequence[TriggerSpec],
                    description: str | None, max_concurrent_runs: int | None,
-                   concurrency_key: object = None) -> WorkflowSpec:
+                   concurrency_key: object = None, *, mcp: bool = False) -> WorkflowSpec:
     """Trace ``fn`` into the spec of workflow ``name``: its steps, their edges, its triggers.
 
     Every mistake is a :class:`WorkflowDefinitionError` naming the workflow.
@@ -102,6 +102,8 @@ def trace_workflow(fn: Callable[..., Any], name: str, triggers: Sequence[Trigger
     params = read_params(fn, name)
     if current_tracer() is not None:
         raise WorkflowDefinitionError(f"{where}: workflows cannot be defined while tracing another")
+    if not isinstance(mcp, bool):
+        raise WorkflowDefinitionError(f"{where}: mcp= takes True or False")
     if max_concurrent_runs is not None and max_concurrent_runs < 1:
         raise WorkflowDefinitionError(f"{where}: max_concurrent_runs must be at least 1")
     key = _check_concurrency_key(where, concurrency_key, max_concurrent_runs, params)
@@ -137,7 +139,7 @@ def trace_workflow(fn: Callable[..., Any], name: str, triggers: Sequence[Trigger
     return WorkflowSpec(name=name, description=description or inspect.getdoc(fn),
                         steps=tuple(tracer.steps), triggers=tuple(triggers),
                         max_concurrent_runs=max_concurrent_runs, concurrency_key=key,
-                        source_file=os.path.abspath(source) if source else None,
+                        mcp=mcp, source_file=os.path.abspath(source) if source else None,
                         groups=tuple(tracer.groups), params=params,
                         params_schema=params.schema, output_schema=params.output_schema,
                         output=output)

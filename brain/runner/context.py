@@ -75,6 +75,20 @@ def env_traces(environ: Mapping[str, str] | None = None) -> bool:
                 or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
+def env_seconds(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    """A number of seconds (0 or more, finite) from the environment, ``default`` when unset."""
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BrainError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if not 0 <= value < float("inf"):
+        raise BrainError(f"{name} must be a number of seconds, 0 or more")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """The settings of the runs of one edge (a ``wf.run()`` call, a service), read once."""
@@ -91,6 +105,9 @@ class Settings:
     traces: bool = False
     #: ``BRAIN_OTEL_CAPTURE_CONTENT=1``: traces hold prompts and answers (scrubbed).
     trace_content: bool = False
+    #: ``BRAIN_MCP_WAIT_SECONDS``: how long an MCP ``tools/call`` waits for its run's end
+    #: before it answers with the run's state (SPEC §23).
+    mcp_wait_seconds: float = 60.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -102,7 +119,8 @@ class Settings:
                    llm=LlmDefaults.from_environment(environ),
                    traces=env_traces(environ),
                    trace_content=(os.environ if environ is None else environ).get(
-                       "BRAIN_OTEL_CAPTURE_CONTENT", "").strip() in ("1", "true"))
+                       "BRAIN_OTEL_CAPTURE_CONTENT", "").strip() in ("1", "true"),
+                   mcp_wait_seconds=env_seconds("BRAIN_MCP_WAIT_SECONDS", 60.0, environ))
 
 
 class LocalQueue(Protocol):

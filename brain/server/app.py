@@ -68,6 +68,10 @@ class BrainPlugin(InitPluginProtocol):
 
         self.watcher = ChangeWatcher(self.service.store)
         self.service.observe(self.watcher)  # this process's runs reach /api/events at once
+        from brain.server.mcp_mount import mcp_app
+
+        #: ``/mcp``: the ``mcp=True`` workflows as MCP tools (SPEC §23).
+        self.mcp = mcp_app(self.service)
         self.page = page
         self.reload_paths = reload_paths
         self._reloader: asyncio.Task[None] | None = None
@@ -76,9 +80,13 @@ class BrainPlugin(InitPluginProtocol):
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         """Register routes, state and the start-up/shut-down hooks."""
         from brain.server.console import PAGES
+        from brain.server.mcp_mount import mcp_route
         from brain.server.routes import ROUTES
 
         app_config.route_handlers.extend(ROUTES)
+        app_config.route_handlers.append(mcp_route)
+        app_config.state["brain_mcp"] = self.mcp
+        app_config.lifespan.append(lambda app: self.mcp.running())
         if self.page:
             app_config.route_handlers.extend(PAGES)
         app_config.state["brain"] = self.service
@@ -97,6 +105,7 @@ class BrainPlugin(InitPluginProtocol):
     async def _shutdown(self, app: Litestar) -> None:
         if self._reloader is not None:
             self._reloader.cancel()
+        self.mcp.mcp.closing = True  # calls cut short by the stop leave their runs alone
         await self.watcher.close()
         await self.service.stop()
 

@@ -79,6 +79,23 @@ def require_api_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRo
                 other and security.token_matches(f"Bearer {other}", token)):
             raise NotAuthorizedException(detail="missing or wrong bearer token")
         return
+    _loopback_only(connection)
+
+
+def require_mcp_access(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard for ``/mcp`` (SPEC §23): the rule of ``/api`` for a client that is not a page —
+    the bearer token in the ``Authorization`` header, or loopback-only without one."""
+    token = security.api_token()
+    if token is not None:
+        if not security.token_matches(connection.headers.get("authorization"), token):
+            raise NotAuthorizedException(detail="missing or wrong bearer token")
+        return
+    _loopback_only(connection)
+
+
+def _loopback_only(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+    """With no token set: refuse a request whose ``Host`` is not a loopback name or whose
+    ``Origin`` is another site (DNS rebinding, CSRF)."""
     try:
         problem = security.loopback_problem(connection.headers.get("host"),
                                             connection.headers.get("origin"))

@@ -46,6 +46,7 @@ class BrainService:
         from brain.runner import new_owner
         from brain.runner.context import RunContext
         from brain.runner.observe import RunLog
+        from brain.service.changes import RunChanges
         from brain.service.taking import RunTaker
         from brain.service.triggering import Triggers
         from brain.store import Store
@@ -57,8 +58,9 @@ class BrainService:
         #: once, now; the observers (metrics, the run log lines, and what :meth:`observe`
         #: adds); the local queues ``wf.enqueue()`` looks in.
         self.metrics = Metrics()
-        self.context = RunContext.from_environment(observers=[self.metrics, RunLog()],
-                                                   store=self.store)
+        self.changes = RunChanges()
+        self.context = RunContext.from_environment(
+            observers=[self.metrics, RunLog(), self.changes], store=self.store)
         self.concurrency = concurrency or self.context.settings.concurrency
         self.max_queued = max_queued or self.context.settings.max_queued_runs
         self.execute = execute
@@ -94,6 +96,11 @@ class BrainService:
     def execution_ended(self) -> asyncio.Future[None]:
         """A future that is done when the next execution of this process ends."""
         return self.taker.execution_ended()
+
+    def run_changed(self) -> asyncio.Future[None]:
+        """A future that is done at the next change of any run this process executes (a
+        step ended or began to wait; an execution ended)."""
+        return self.changes.next_change()
 
     def observe(self, observer: RunObserver) -> None:
         """Tell ``observer`` of every run this service executes, from now on."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from brain._errors import BrainError, RunConflict, RunNotFound, StepNotFound
@@ -297,6 +297,41 @@ class BrainApi:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(ended, min(delay, left))
+            delay = min(delay * 1.5, _LOOK_AT_MOST_SECONDS)
+
+    async def watch(self, run_id: str, seconds: float) -> AsyncIterator[RunResult]:
+        """The run (with its steps) now, then again each time it changed — a step ended,
+        retried or began to wait, or the run's status changed — until it has ended
+        (the last one given) or ``seconds`` passed.
+
+        Read from the store, so a run executed by any process is followed; with a service,
+        a change of this process's executions is noticed at once, else the run is looked
+        at again, more and more rarely (up to every half second)::
+
+            async for run in api.watch(run_id, 60):
+                print(run.status, [s.status for s in run.steps.values()])
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        delay = 0.02
+        last: object = None
+        while True:
+            changed = self._service.run_changed() if self._service is not None else None
+            run = await self._store.get_run(run_id)
+            state = (run.status, tuple((s.status, s.tries) for s in run.steps.values()))
+            if state != last:
+                last = state
+                yield run
+            if run.status in FINISHED_RUN:
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            if changed is None:
+                await asyncio.sleep(min(delay, left))
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed, min(delay, left))
             delay = min(delay * 1.5, _LOOK_AT_MOST_SECONDS)
 
     async def step_log(self, run_id: str, step: str, *, after: int = 0

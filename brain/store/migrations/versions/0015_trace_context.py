@@ -4,7 +4,7 @@ executes, resumes or wakes it continues the same trace. NULL for runs created wi
 tracing (and every run before this revision).
 
 Revision ID: 0015
-Revises: 0014 (to be re-chained after 0014 when both land)
+Revises: 0014
 """
 
 import sqlalchemy as sa
