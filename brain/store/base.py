@@ -92,8 +92,9 @@ class QueuedRun:
     params: dict[str, Any] = field(default_factory=dict)
     #: What its steps do and its file's version, as loaded when it was queued (SPEC §24).
     step_prints: str | None = None
-    version: str | None = Non,
-    trace_context: str | None = Nonee
+    version: str | None = None
+    #: Its trace context (SPEC §25), as ``brain.runner.tracing`` makes it, if any.
+    trace_context: str | None = None
 
 
 def stored_trigger(trigger: TriggerData) -> TriggerData:
