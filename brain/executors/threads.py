@@ -16,7 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 _MAX_IDLE_WAIT = 60.0
-_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+#: A job computes, then returns what delivers its result: the worker counts itself idle
+#: before it delivers, so the caller's next job (submitted as soon as this result arrives)
+#: goes to this worker instead of starting another thread.
+_jobs: queue.SimpleQueue[Callable[[], Callable[[], None]]] = queue.SimpleQueue()
 _lock = threading.Lock()
 # Idle workers not yet promised a job: idle workers minus jobs submitted and not yet taken.
 # A job is promised to an idle worker when it is submitted, not when a worker takes it,
@@ -35,15 +38,18 @@ def _worker() -> None:
                     _idle -= 1
                     return
             continue  # every idle worker is promised a job that is on its way: wait for it
+        deliver: Callable[[], None] | None = None
         try:
-            job()
+            deliver = job()
         except BaseException:  # jobs settle their own errors; the worker must live on
             pass
         with _lock:
             _idle += 1
+        if deliver is not None:
+            deliver()
 
 
-def _submit(job: Callable[[], None]) -> None:
+def _submit(job: Callable[[], Callable[[], None]]) -> None:
     global _idle
     with _lock:
         if _idle > 0:
@@ -67,15 +73,19 @@ async def run_in_thread(func: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         else:
             future.set_result(result)
 
-    def job() -> None:
+    def job() -> Callable[[], None]:
         try:
             result, error = ctx.run(func, *args, **kwargs), None
         except BaseException as exc:
             result, error = None, exc
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop is gone: nobody waits for this any more
-            pass
+
+        def deliver() -> None:
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:  # the loop is gone: nobody waits for this any more
+                pass
+
+        return deliver
 
     _submit(job)
     return await future

@@ -16,8 +16,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from rich.cells import cell_len
 from support import write_source
 
 from brain._clock import utcnow
@@ -176,15 +177,34 @@ def test_a_servers_tool_listing_is_shown_not_obeyed(text: str) -> None:
         render.tools([{"name": f"tool{text}", "description": f"does{text}\nthings",
                        "inputSchema": {"type": "object", "properties": {text: {}}}}])
     assert_safe(printed.getvalue())
-    assert printed.getvalue().startswith(shown(f"tool{text}").expandtabs(8) + "\n")
+    assert printed.getvalue().startswith(tabs_to_cells(shown(f"tool{text}")) + "\n")
+
+
+def tabs_to_cells(text: str, size: int = 8) -> str:
+    """``text`` with its tabs expanded as a terminal (and rich) does: to the next stop by the
+    cells printed so far, where ``str.expandtabs`` counts characters (a zero-width one too)."""
+    out, column = [], 0
+    for char in text:
+        if char == "\t":
+            pad = size - column % size
+            out.append(" " * pad)
+            column += pad
+        elif char == "\n":
+            out.append(char)
+            column = 0
+        else:
+            out.append(char)
+            column += cell_len(char)
+    return "".join(out)
 
 
 @settings(max_examples=60, deadline=None)
 @given(text=hostile_text)
+@example(text="\x01\u2de0\t")  # a zero-width character before a tab
 def test_markup_in_text_is_printed_as_written(text: str) -> None:
     """Brackets and backslashes (rich markup) come out as they went in, beside the CLI's own
     markup on both sides."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         render.out.print(render.line("[bold]start[/] ", render.data(text, "red"), " [dim]end[/]"))
-    assert printed.getvalue() == f"start {shown(text)} end".expandtabs(8) + "\n"
+    assert printed.getvalue() == tabs_to_cells(f"start {shown(text)} end") + "\n"

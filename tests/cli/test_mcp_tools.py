@@ -25,6 +25,7 @@ TOOL_NAMES = {
     "echo_args", "echo", "fail_with_error", "rpc_error", "die", "kill_self", "hang",
     "flood_stderr", "chatty", "two_texts", "text_and_image", "structured_only", "image_only",
     "get_pid", "get_group", "flaky", "show_env", "show_argv", "ask_sampling", "ask_elicitation", "ask_roots",
+    "trace_meta",
 }
 MISSING_PATH = "/nonexistent-brain-test-dir/mcp-server"
 
