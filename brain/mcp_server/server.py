@@ -133,7 +133,8 @@ class BrainMcp:
         try:
             valid = wf.validate_params(params.arguments or {})
             trigger = TriggerData(event="mcp", headers={"mcp-tool": wf.name})
-            run_id, _ = await api.start(wf, trigger, trigger_key="mcp", params=valid)
+            run_id, _ = await api.start(wf, trigger, trigger_key="mcp", params=valid,
+                                        trace_parent=trace_parent(params.meta))
         except WorkflowInputError as exc:
             raise tools.invalid_arguments(wf.name, exc) from None
         except QueueFull as exc:
@@ -259,3 +260,13 @@ def _progress_message(run: RunResult) -> str:
         return f"run {run.run_id} {run.status.value}"
     last = max(ended, key=lambda s: s.ended_at.timestamp() if s.ended_at else 0.0)
     return f"step {last.name} {last.status.value}"
+
+
+def trace_parent(meta: object) -> dict[str, str] | None:
+    """The W3C trace context a client sent in a call's ``params._meta`` (``traceparent``,
+    ``tracestate``), which its run's trace continues when traces are on (SPEC §25)."""
+    if not isinstance(meta, dict):
+        return None
+    found = {k: v for k in ("traceparent", "tracestate")
+             if isinstance(v := meta.get(k), str)}
+    return found or None
