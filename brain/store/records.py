@@ -8,6 +8,8 @@ a failure handler and a retry look alike), and turns rows read back into
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -198,3 +200,29 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                      output=_json(row.get("output")), parent=parent_of(row),
                      version=row.get("version"), continued_on=list(continued_on_of(row)),
                      steps=steps)
+
+
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def retry_trace(stored: str | None) -> str | None:
+    """The trace context of a retry of a run whose own is ``stored`` (SPEC §25): the same
+    trace, a new root span whose parent is the original's root, so the retry's spans sit
+    beside the original's in one trace. ``None`` when the original has none (or not one
+    that reads: a run is never failed by its trace). Plain W3C text: nothing of
+    OpenTelemetry is needed for it, so a retry queued with traces off keeps its trace too."""
+    if not stored:
+        return None
+    try:
+        root = json.loads(stored)["root"]
+        found = _TRACEPARENT.fullmatch(root["traceparent"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if found is None:
+        return None
+    trace_id, _, flags = found.groups()
+    new_root = {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-{flags}"}
+    if isinstance(root.get("tracestate"), str):
+        new_root["tracestate"] = root["tracestate"]
+    parent = {k: v for k, v in root.items() if k in ("traceparent", "tracestate")}
+    return json.dumps({"root": new_root, "parent": parent}, separators=(",", ":"))

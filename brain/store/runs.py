@@ -28,6 +28,7 @@ from brain.store.records import (
     insert_queued,
     pending_steps,
     queued_run_rows,
+    retry_trace,
     run_record,
     run_statements,
     scrub_json,
@@ -219,6 +220,9 @@ class RunLifecycle(UsesBackend):
         their ``for_each`` instances) run again even where they succeeded, and a run that
         succeeded may be retried too.
 
+        The retry's trace (SPEC §25) is its original's: its root span is a new one, a child
+        of the original's root.
+
         A run is retried once: a second retry of it is :class:`AlreadyRetried` (naming
         the run that retries it), checked in the transaction that queues the retry, so
         of two concurrent retries one queues and the other is refused. (On PostgreSQL
@@ -249,7 +253,8 @@ class RunLifecycle(UsesBackend):
                                          previous_run_id=original.previous_run_id,
                                          trigger_key="retry", retry_of=full,
                                          concurrency_key=original.concurrency_key,
-                                         step_prints=original.step_prints, version=last)
+                                         step_prints=original.step_prints, version=last,
+                                         trace_context=retry_trace(original.trace_context))
             again = frozenset(rerun or ())
             copied = [_retried_step(new_id, r, again)
                       for r in conn.read(queries.STEPS_OF_RUN, {"run_id": full})]

@@ -22,10 +22,11 @@ from otlp_receiver import OtlpReceiver, ReceivedSpan
 from support import remembered
 
 from brain import llm, mcp_tool, secret, shell, step, workflow
-from brain.runner import run_workflow_now
+from brain.runner import execute_run, run_workflow_now
 from brain.runner.context import RunContext
 from brain.runner.trace_setup import make_provider
 from brain.runner.tracing import RunTracing
+from brain.store import Store
 from brain.testing.chat_server import FakeChatServer, completion
 
 TOOLS = str(Path(__file__).resolve().parent.parent / "mcp_servers" / "tools_server.py")
@@ -163,6 +164,36 @@ async def test_tool_error_and_failed_step(receiver: OtlpReceiver, tmp_path: Path
     step_span = receiver.named("step bad")[0]
     assert step_span.status_code == 2
     assert step_span.attributes["brain.step.error"] == "nope"
+
+
+async def test_a_retry_is_in_its_originals_trace(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """A retried run's root span is a new span in its original's trace, a child of the
+    original's root (the retry is queued with traces off, by the store alone)."""
+    flag = tmp_path / "fixed"
+
+    @workflow
+    def mended() -> None:
+        shell("first", argv=["true"])
+        shell("second", argv=["test", "-e", str(flag)])
+
+    context, tracer = traced(receiver)
+    url = f"sqlite:///{tmp_path}/r.db"
+    first = await run_workflow_now(mended, store=url, context=context)
+    assert first.status == "failed"
+    flag.write_text("")
+    async with Store(url) as store:
+        retry_id = await store.retry_run(first.run_id)
+        second = await execute_run(mended, store, retry_id, context=context)
+    assert second is not None and second.status == "succeeded", second
+    tracer.force_flush()
+    roots = {s.attributes["brain.run.id"]: s
+             for s in receiver.wait_for("invoke_workflow mended", count=2)}
+    original, retry = roots[first.run_id], roots[retry_id]
+    assert retry.trace_id == original.trace_id
+    assert retry.parent_id == original.span_id and retry.span_id != original.span_id
+    retried_step = next(s for s in receiver.named("step second")
+                        if s.attributes["brain.run.id"] == retry_id)
+    assert retried_step.parent_id == retry.span_id
 
 
 async def test_content_only_when_asked_and_scrubbed(receiver: OtlpReceiver, chat: FakeChatServer,
