@@ -160,6 +160,10 @@ class RunResult(BaseModel):
     #: The run and step that queued it, when it is a child run (SPEC §22):
     #: ``{"run_id": ..., "step": ...}``.
     parent: dict[str, str] | None = None
+    #: The version of its workflow's file it started on (SPEC §24: the file's digest, and
+    #: ``@`` the git commit when in a repository), and those it continued on after changes.
+    version: str | None = None
+    continued_on: list[str] = Field(default_factory=list)
     steps: dict[str, StepResult] = Field(default_factory=dict)
 
     @property

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, overload
 
 from brain._errors import WorkflowDefinitionError
 from brain._secrets import declare_secret_names, remember
+from brain.dsl.fingerprint import WorkflowPrint, fingerprint, workflow_version
 from brain.dsl.model import WorkflowGraph, WorkflowSpec
 from brain.dsl.trace import trace_workflow
 from brain.dsl.tracing import current_tracer
@@ -49,6 +51,19 @@ class Workflow:
 
     def __repr__(self) -> str:
         return f"<Workflow {self.name!r}: {len(self.spec.steps)} steps>"
+
+    @cached_property
+    def fingerprint(self) -> WorkflowPrint:
+        """What each step does (SPEC §24), computed once for this loaded definition: what a
+        run stores, and what a run that goes on after a change is checked against."""
+        return fingerprint(self.spec)
+
+    @cached_property
+    def version(self) -> str | None:
+        """The version of its file as loaded (its content's digest, and the git commit
+        when in a repository; see :func:`brain.dsl.fingerprint.workflow_version`), read
+        once."""
+        return workflow_version(self.spec.source_file)
 
     @property
     def graph(self) -> WorkflowGraph:

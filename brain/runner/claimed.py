@@ -4,9 +4,10 @@ Before any step starts, what is stored of the run is read and
 :mod:`~brain.runner.lifecycle` decides what it does; this module acts on the
 decision: the process groups an earlier try left running on this machine end, a
 cancel asked for while nobody executed the run ends it, a run recorded under
-another definition of its workflow fails as changed (a queued one that never
-started takes the definition loaded now instead), or its unfinished steps are
-reset and it executes.
+another definition of its workflow goes on with the loaded one when the steps it
+started are unchanged and fails as changed otherwise (SPEC §24; a queued one that never
+started takes the definition loaded now), or its unfinished steps are reset and it
+executes.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ async def execute_run(wf: RunnableWorkflow, store: RunStore, run_id: str, *, own
     """Claim a queued run, or a running one whose lease expired, and execute it.
 
     Steps that already succeeded keep their stored outputs; every other step
-    runs (again). A run recorded under another definition of the workflow
-    fails with ``workflow changed since the run started``. Returns ``None``
+    runs (again). A run recorded under another definition of the workflow goes on with
+    the loaded one when every step it started is unchanged, else fails with ``workflow
+    changed since the run started: step 'NAME' (...)`` (SPEC §24). Returns ``None``
     when the run could not be claimed (another executor has it, or it ended).
     """
     owner = owner or new_owner()
@@ -154,7 +156,8 @@ def definition_of(wf: RunnableWorkflow) -> Definition:
     return Definition(wf.name, wf.definition_hash,
                       reads_previous=any(s.previous_refs for s in wf.spec.steps),
                       child_retries={s.name: s.retries for s in wf.spec.steps
-                                     if s.kind == "workflow"})
+                                     if s.kind == "workflow"},
+                      prints=wf.fingerprint, version=wf.version)
 
 
 def stored_run(row: RunRecord, states: Mapping[str, tuple[str, int]],
@@ -164,7 +167,8 @@ def stored_run(row: RunRecord, states: Mapping[str, tuple[str, int]],
     return StoredRun(row.workflow, row.definition_hash, cancel_requested=row.cancel_requested,
                      retry_of=row.retry_of, previous_run_id=row.previous_run_id,
                      steps={n: StoredStep(status, tries) for n, (status, tries) in states.items()},
-                     waiting=waits.waiting, failed_waits=frozenset(waits.failed))
+                     waiting=waits.waiting, failed_waits=frozenset(waits.failed),
+                     step_prints=row.step_prints, continued_on=row.continued_on)
 
 
 async def _decide(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
@@ -178,10 +182,12 @@ async def _decide(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: 
     run = stored_run(row, await store.step_states(row.id), waits)
     decision = on_taken(event, run, definition_of(wf))
     if decision.action is Action.RESTAMP:
+        prints = wf.fingerprint.text
         if await store.restamp_run(row.id, wf.definition_hash,
-                                   [(s.name, s.kind) for s in wf.spec.steps], owner=owner):
+                                   [(s.name, s.kind) for s in wf.spec.steps], owner=owner,
+                                   step_prints=prints, version=wf.version):
             run = replace(stored_run(row, await store.step_states(row.id), waits),
-                          definition_hash=wf.definition_hash)
+                          definition_hash=wf.definition_hash, step_prints=prints)
             decision = on_taken(event, run, definition_of(wf))
         else:
             decision = restamp_refused(run)
@@ -211,9 +217,15 @@ async def _end_before_start(wf: RunnableWorkflow, store: RunStore, row: RunRecor
 
 async def _prepare(wf: RunnableWorkflow, store: RunStore, row: RunRecord, owner: str,
                    decision: Decision) -> str | None:
-    """Act on a ``CONTINUE``: choose the run ``{previous.X}`` reads if it is chosen now, put
-    the steps it names back to pending; return the run ``{previous.X}`` reads."""
+    """Act on a ``CONTINUE``: record the loaded definition when the run goes on with it
+    after a change, choose the run ``{previous.X}`` reads if it is chosen now, put the
+    steps it names back to pending; return the run ``{previous.X}`` reads."""
     previous = row.previous_run_id
+    if decision.adopt is not None:  # it goes on with the loaded definition (SPEC §24)
+        adopt = decision.adopt
+        await store.continue_on(row.id, owner=owner, definition_hash=adopt.definition_hash,
+                                step_prints=adopt.step_prints, continued_on=adopt.continued_on,
+                                fresh=adopt.fresh, removed=adopt.removed)
     if decision.choose_previous:
         previous = await store.latest_succeeded_run(wf.name, utcnow())
         await store.set_previous_run(row.id, previous, owner=owner)

@@ -9,7 +9,11 @@ one place (the next issues refine :func:`changed_since_start` step by step).
 >>> run = StoredRun("digest", "abc", steps={"a": StoredStep("succeeded", 1),
 ...                                         "b": StoredStep("running", 1)})
 >>> on_taken(Event.RESUMED, run, Definition("digest", "abc"))
-Decision(action=<Action.CONTINUE: 'continue'>, reason=None, steps=('b',), choose_previous=False, end_leftovers=True, event=None)
+Decision(action=<Action.CONTINUE: 'continue'>, reason=None, steps=('b',), choose_previous=False, end_leftovers=True, event=None, adopt=None)
+
+A run that goes on after its workflow changed (SPEC §24) goes on with the loaded definition
+when every step it started is unchanged (:func:`changed_since_start`, the continue rule);
+the :class:`Adoption` of the decision says what the store records first.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from brain._errors import WORKFLOW_CHANGED
+from brain.dsl.fingerprint import WorkflowPrint, what_changed
 
 #: Step statuses as stored (kept as text here: this module reads plain data).
 _SUCCEEDED, _PENDING = "succeeded", "pending"
@@ -81,6 +86,23 @@ class Decision:
     end_leftovers: bool = False
     #: ``TAKE``: as what the run is taken.
     event: Event | None = None
+    #: ``CONTINUE`` on the loaded definition, after a change the run may go on with: what
+    #: the store records first (SPEC §24).
+    adopt: Adoption | None = None
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """A run takes the loaded definition of its workflow (SPEC §24): its hash and
+    fingerprints, the versions it continued on (the new one last), its steps not started
+    yet as pending rows ``(name, kind, position)`` as the definition has them now, and the
+    pending steps it no longer has (they end skipped: :data:`~brain.dsl.fingerprint.REMOVED`)."""
+
+    definition_hash: str
+    step_prints: str
+    continued_on: tuple[str, ...]
+    fresh: tuple[tuple[str, str, int], ...]
+    removed: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -105,11 +127,21 @@ class StoredRun:
     steps: Mapping[str, StoredStep] = field(default_factory=dict)
     waiting: frozenset[str] = frozenset()
     failed_waits: frozenset[str] = frozenset()
+    #: The fingerprints of the definition it runs on (JSON text; ``None``: recorded before
+    #: they were kept) and the versions it continued on (SPEC §24).
+    step_prints: str | None = None
+    continued_on: tuple[str, ...] = ()
 
     @property
     def never_started(self) -> bool:
         """No step has started yet (every one ``pending``, no try)."""
         return all(s.status == _PENDING and s.tries == 0 for s in self.steps.values())
+
+    def started(self) -> frozenset[str]:
+        """The steps that have started or ended (a try, or not ``pending``), a ``for_each``
+        instance (``name[3]``) as its step."""
+        return frozenset(n.split("[", 1)[0] for n, s in self.steps.items()
+                         if s.tries > 0 or s.status != _PENDING)
 
 
 @dataclass(frozen=True)
@@ -123,6 +155,16 @@ class Definition:
     #: The retries of its child steps (SPEC §22), by step name: a child that failed while
     #: nobody executed the run is tried again with a new child while they allow.
     child_retries: Mapping[str, int] = field(default_factory=dict)
+    #: What each step does (SPEC §24; ``None``: not known, any change of the hash counts)
+    #: and the version of its file as loaded.
+    prints: WorkflowPrint | None = None
+    version: str | None = None
+
+    def differs(self, run: StoredRun) -> bool:
+        """Whether ``run`` was recorded under another definition than this one."""
+        return (run.definition_hash != self.definition_hash or run.workflow != self.workflow
+                or (run.step_prints is not None and self.prints is not None
+                    and run.step_prints != self.prints.text))
 
 
 def on_taken(event: Event, run: StoredRun, loaded: Definition | None) -> Decision:
@@ -138,14 +180,17 @@ def on_taken(event: Event, run: StoredRun, loaded: Definition | None) -> Decisio
     if loaded is None:
         return Decision(Action.NOTHING, f"workflow {run.workflow!r} is not loaded here",
                         end_leftovers=leftovers)
-    changed = changed_since_start(run, loaded)
-    if changed is not None:
+    adopt = None
+    if loaded.differs(run):
         if event is Event.STARTED and run.workflow == loaded.workflow:
             # Queued under another definition (a reload or a deploy since, or another
             # machine's version) and never started: it runs the workflow as loaded now, like
             # any queued run (the store checks that no step of it has started).
             return Decision(Action.RESTAMP)
-        return _fail_changed(run, changed, leftovers)
+        changed = changed_since_start(run, loaded)
+        if changed is not None:
+            return _fail_changed(run, changed, leftovers)
+        adopt = adoption(run, loaded)
     retried = retried_children(run, loaded)
     # a wait's step keeps its state: it is awaited (or its failure fails the run)
     keep = run.waiting | (run.failed_waits - retried)
@@ -157,7 +202,7 @@ def on_taken(event: Event, run: StoredRun, loaded: Definition | None) -> Decisio
     choose = (loaded.reads_previous and run.previous_run_id is None and run.retry_of is None
               and (event is Event.STARTED or run.never_started))
     return Decision(Action.CONTINUE, steps=reset, choose_previous=choose,
-                    end_leftovers=leftovers)
+                    end_leftovers=leftovers, adopt=adopt)
 
 
 def retried_children(run: StoredRun, loaded: Definition) -> frozenset[str]:
@@ -173,14 +218,49 @@ def retried_children(run: StoredRun, loaded: Definition) -> frozenset[str]:
     return frozenset(retried)
 
 
-def changed_since_start(run: StoredRun, loaded: Definition) -> str | None:
-    """Why the run may not go on with the loaded definition, or ``None`` when it may.
-
-    The rule today: any change of the definition hash (or another workflow) is a change.
+def changed_since_start(run: StoredRun, loaded: Definition,
+                        kept: frozenset[str] | None = None) -> str | None:
+    """Why the run may not go on with the loaded definition, or ``None`` when it may
+    (SPEC §24): every step it started or ended (``kept``, when given: the steps that keep
+    their outputs) must have the same fingerprint and the same upstream steps; the first
+    that does not, in definition order, is named with what changed. A run recorded before
+    fingerprints were kept (or another workflow) may go on only with the same hash.
     """
-    if run.definition_hash != loaded.definition_hash or run.workflow != loaded.workflow:
+    if not loaded.differs(run):
+        return None
+    if run.workflow != loaded.workflow or run.step_prints is None or loaded.prints is None:
         return WORKFLOW_CHANGED
+    old = WorkflowPrint.parse(run.step_prints)
+    started = run.started() if kept is None else kept
+    for name in [*old.steps, *sorted(started - set(old.steps))]:
+        if name in started:
+            what = what_changed(old.step(name), loaded.prints.step(name))
+            if what is not None:
+                return f"{WORKFLOW_CHANGED}: step {name!r} ({what})"
     return None
+
+
+def retry_refusal(run: StoredRun, loaded: Definition, rerun: frozenset[str] = frozenset()
+                  ) -> str | None:
+    """Why a retry of ``run`` (ended) may not run on the loaded definition, or ``None``:
+    the steps it keeps (those that succeeded, but for ``rerun``) must be unchanged."""
+    kept = frozenset(n.split("[", 1)[0] for n, s in run.steps.items()
+                     if s.status == _SUCCEEDED) - rerun
+    return changed_since_start(run, loaded, kept=kept)
+
+
+def adoption(run: StoredRun, loaded: Definition) -> Adoption:
+    """What the store records when ``run`` goes on with the loaded definition (the rule
+    allowed it): the definition, the new version appended, the steps not started yet as
+    now written, the pending steps no longer defined."""
+    assert loaded.prints is not None
+    started = run.started()
+    fresh = tuple((name, p.kind, i) for i, (name, p) in enumerate(loaded.prints.steps.items())
+                  if name not in started)
+    removed = tuple(n for n, s in run.steps.items()
+                    if loaded.prints.step(n) is None and s.status == _PENDING)
+    versions = run.continued_on + ((loaded.version,) if loaded.version is not None else ())
+    return Adoption(loaded.definition_hash, loaded.prints.text, versions, fresh, removed)
 
 
 def restamp_refused(run: StoredRun) -> Decision:

@@ -96,7 +96,8 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
                             definition_hash=run.definition_hash, trigger=run.trigger,
                             step_rows=run.step_rows, owner=owner, lease_seconds=lease,
                             previous_run_id=previous, params=run.params,
-                            trace_context=run.trace_context)
+                             trace_context=run.trace_context,
+                             step_prints=run.step_prints, version=run.version)
         execution = RunExecution(wf, st, run_id, owner, trigger=trig, previous_run_id=previous,
                                  lease_seconds=lease, executors=executors,
                                  previous_outputs=previous_outputs, context=context,

@@ -33,7 +33,9 @@ class QueueStore(Protocol):
                           max_queued: int | None = None,
                           concurrency_key: str | None = None,
                           params: Mapping[str, Any] | None = None,
-                          trace_context: str | None = None) -> tuple[str | None, bool]:
+                          trace_context: str | None = None,
+                          step_prints: str | None = None,
+                          version: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
 
@@ -55,7 +57,8 @@ def new_run(wf: RunnableWorkflow, trigger: TriggerData,
                      definition_hash=wf.definition_hash, trigger=trigger,
                      step_rows=[(s.name, s.kind) for s in wf.spec.steps],
                      concurrency_key=concurrency_key_of(wf.spec.concurrency_key, trigger, valid),
-                     params=valid, trace_context=trace_context)
+                     params=valid, trace_context=trace_context,
+                     step_prints=wf.fingerprint.text, version=wf.version)
 
 
 #: A key longer than this is kept as its start and a digest of the whole.
@@ -102,7 +105,7 @@ async def enqueue(store: QueueStore, run: QueuedRun, *, trigger_key: str | None,
         trigger=run.trigger, step_rows=run.step_rows, trigger_key=trigger_key,
         delivery_id=delivery_id, fire_time=fire_time, max_queued=max_queued,
         concurrency_key=run.concurrency_key, params=run.params,
-        trace_context=run.trace_context)
+        trace_context=run.trace_context, step_prints=run.step_prints, version=run.version)
 
 
 def failure_runs(wf: RunnableWorkflow, trigger: TriggerData, run_id: str, error: str,

@@ -6,12 +6,14 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from brain._secrets import declare_secret_names, declared_secret_names, remember, remember_environment
+from brain.dsl.fingerprint import WorkflowPrint
 from brain.dsl.model import WorkflowSpec
 
 
 class RunnableWorkflow(Protocol):
     """What the runner needs of a workflow (:class:`brain.Workflow` is one): its spec,
-    where its file lives (relative paths in steps start there) and the workflows that
+    where its file lives (relative paths in steps start there), what its steps do and its
+    file's version (SPEC §24) and the workflows that
     handle its failures."""
 
     @property
@@ -25,6 +27,12 @@ class RunnableWorkflow(Protocol):
 
     @property
     def source_dir(self) -> str: ...
+
+    @property
+    def fingerprint(self) -> WorkflowPrint: ...
+
+    @property
+    def version(self) -> str | None: ...
 
     @property
     def failure_handlers(self) -> Sequence[RunnableWorkflow]: ...

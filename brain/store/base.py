@@ -57,6 +57,12 @@ class RunRecord:
     parent_step: str | None = None
     #: Its trace context (SPEC §25), stored when it was created, if any.
     trace_context: str | None = None
+    #: The fingerprints of the definition it runs on (JSON text, SPEC §24; ``None`` for a
+    #: run recorded before they were kept).
+    step_prints: str | None = None
+    #: The version of its workflow's file it started on, and those it continued on.
+    version: str | None = None
+    continued_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,9 @@ class QueuedRun:
     params: dict[str, Any] = field(default_factory=dict)
     #: Its trace context (SPEC §25), as ``brain.runner.tracing`` makes it, if any.
     trace_context: str | None = None
+    #: What its steps do and its file's version, as loaded when it was queued (SPEC §24).
+    step_prints: str | None = None
+    version: str | None = None
 
 
 def stored_trigger(trigger: TriggerData) -> TriggerData:

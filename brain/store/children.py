@@ -134,7 +134,8 @@ class ChildRuns(UsesBackend):
                     child.run_id, child.workflow, child.definition_hash, child.trigger,
                     child.step_rows, now, child.params, trigger_key="parent",
                     concurrency_key=child.concurrency_key, depth=depth,
-                    trace_context=child.trace_context, **ids)
+                    trace_context=child.trace_context, step_prints=child.step_prints,
+                    version=child.version, **ids)
                 for sql, params in run_statements(row, step_values):
                     conn.write(sql, params)
             shown = {**waiting_for, "run_id": child_id}

@@ -70,7 +70,9 @@ class RecordStore(Protocol):
                          owner: str | None = None, lease_seconds: float = 30,
                          previous_run_id: str | None = None,
                          params: Mapping[str, Any] | None = None,
-                         trace_context: str | None = None) -> datetime:
+                         trace_context: str | None = None,
+                         step_prints: str | None = None,
+                         version: str | None = None) -> datetime:
         """Insert a run and its pending steps; queued, or running under ``owner``'s lease;
         ``params``: its validated parameters (SPEC §21); ``trace_context``: its trace's
         (SPEC §25)."""
@@ -87,8 +89,16 @@ class RecordStore(Protocol):
         ...
 
     async def restamp_run(self, run_id: str, definition_hash: str,
-                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> bool:
+                          step_rows: Sequence[tuple[str, str]], *, owner: str,
+                          step_prints: str | None = None, version: str | None = None) -> bool:
         """Give a queued run just taken another definition of its workflow."""
+        ...
+
+    async def continue_on(self, run_id: str, *, owner: str, definition_hash: str,
+                          step_prints: str, continued_on: Sequence[str],
+                          fresh: Sequence[tuple[str, str, int]],
+                          removed: Sequence[str]) -> None:
+        """A run goes on with another definition of its workflow after a change (SPEC §24)."""
         ...
 
     async def step_running(self, run_id: str, name: str, *, inputs: dict[str, Any],
@@ -201,7 +211,9 @@ class ClaimStore(Protocol):
                           max_queued: int | None = None,
                           concurrency_key: str | None = None,
                           params: Mapping[str, Any] | None = None,
-                          trace_context: str | None = None) -> tuple[str | None, bool]:
+                          trace_context: str | None = None,
+                          step_prints: str | None = None,
+                          version: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run; ``(run_id, created)``."""
         ...
 

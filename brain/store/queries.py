@@ -17,7 +17,8 @@ RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "
                "trigger_path", "trigger_headers", "error", "previous_run_id", "created_at",
                "started_at", "ended_at", "cancel_requested", "lease_owner", "lease_expires_at",
                "trigger_key", "delivery_id", "retry_of", "concurrency_key", "params",
-               "output", "parent_run_id", "parent_step", "parent_try", "depth", "trace_context")
+               "output", "parent_run_id", "parent_step", "parent_try", "depth", "trace_context",
+               "step_prints", "version", "continued_on")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
                 "error", "stderr", "started_at", "ended_at", "waiting_for", "decision", "usage",
                 "progress")
@@ -65,8 +66,13 @@ LEASE_AND_CANCEL = "SELECT lease_owner, cancel_requested FROM brain_runs WHERE i
 #: Changes nothing; counts one row while ``:owner`` holds the run's lease.
 HOLDS_LEASE = ("UPDATE brain_runs SET lease_owner = :owner "
                "WHERE id = :run_id AND lease_owner = :owner")
-SET_DEFINITION = ("UPDATE brain_runs SET definition_hash = :definition_hash "
+SET_DEFINITION = ("UPDATE brain_runs SET definition_hash = :definition_hash, "
+                  "step_prints = :step_prints, version = :version "
                   "WHERE id = :run_id AND lease_owner = :owner")
+#: A run goes on with another definition after a change (SPEC §24).
+CONTINUE_ON = ("UPDATE brain_runs SET definition_hash = :definition_hash, "
+               "step_prints = :step_prints, continued_on = :continued_on "
+               "WHERE id = :run_id AND lease_owner = :owner")
 FINISH_RUN = ("UPDATE brain_runs SET status = :status, error = :error, ended_at = :now, "
               "output = :output, "
               "lease_owner = NULL, lease_expires_at = NULL WHERE id = :run_id")
@@ -101,6 +107,13 @@ QUEUED_OR_ENDED_AFTER = (SELECT_RUN + " WHERE status = 'queued' OR ended_at > :e
 
 INSERT_STEP = _insert("brain_steps", STEP_COLUMNS)
 INSERT_NEW_STEP = INSERT_STEP + " ON CONFLICT DO NOTHING"
+#: A step not started yet, to be written again as another definition has it (SPEC §24).
+DELETE_PENDING_STEP = ("DELETE FROM brain_steps WHERE run_id = :run_id AND name = :name "
+                       "AND status = 'pending' AND tries = 0")
+#: A pending step its run's definition no longer has (SPEC §24).
+SKIP_PENDING_STEP = ("UPDATE brain_steps SET status = 'skipped', error = :error, "
+                     "ended_at = :now WHERE run_id = :run_id AND name = :name "
+                     "AND status = 'pending'")
 _STEP = " WHERE run_id = :run_id AND name = :name"
 #: Appended to a statement on steps: only while ``:owner`` holds the run's lease.
 LEASED = " AND EXISTS (SELECT 1 FROM brain_runs WHERE id = :run_id AND lease_owner = :owner)"

@@ -63,12 +63,15 @@ class RunQueue(UsesBackend):
                           max_queued: int | None = None,
                           concurrency_key: str | None = None,
                           params: Mapping[str, Any] | None = None,
-                          trace_context: str | None = None) -> tuple[str | None, bool]:
+                          trace_context: str | None = None,
+                          step_prints: str | None = None,
+                          version: str | None = None) -> tuple[str | None, bool]:
         """Commit a queued run (and its schedule fire claim) in one transaction.
 
         Returns ``(run_id, True)`` when created; ``(first_run_id, False)`` for a
         repeated ``delivery_id``; ``(None, False)`` when ``fire_time`` was
-        already claimed. Raises :class:`QueueFull` over ``max_queued``.
+        already claimed. Raises :class:`QueueFull` over ``max_queued``. ``step_prints`` and
+        ``version``: what its steps do and its file's version (SPEC §24).
         """
         # A repeated delivery id is caught by the unique index below; no lookup first.
         if max_queued is not None and await self._queued_estimate() >= max_queued:
@@ -78,7 +81,8 @@ class RunQueue(UsesBackend):
                                            now, params, trigger_key=trigger_key,
                                            delivery_id=delivery_id,
                                            concurrency_key=concurrency_key,
-                                           trace_context=trace_context)
+                                           trace_context=trace_context,
+                                           step_prints=step_prints, version=version)
         statements: list[Statement] = []
         if fire_time is not None:
             statements.append((queries.INSERT_FIRE, {
@@ -114,7 +118,8 @@ class RunQueue(UsesBackend):
             row, steps = queued_run_rows(q.run_id, q.workflow, q.definition_hash, q.trigger,
                                          q.step_rows, now, q.params, trigger_key=trigger_key,
                                          concurrency_key=q.concurrency_key,
-                                         trace_context=q.trace_context)
+                                         trace_context=q.trace_context,
+                                         step_prints=q.step_prints, version=q.version)
             run_rows.append(row)
             step_values += steps
         statements: list[Statement] = [(queries.INSERT_RUN, run_rows)]

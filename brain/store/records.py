@@ -95,7 +95,8 @@ def queue_statements(queued: Sequence[QueuedRun], now: datetime) -> list[Stateme
                                            q.step_rows, now, q.params,
                                            trigger_key=q.trigger.event,
                                            concurrency_key=q.concurrency_key,
-                                           trace_context=q.trace_context)
+                                           trace_context=q.trace_context,
+                                           step_prints=q.step_prints, version=q.version)
         statements += run_statements(row, step_values)
     return statements
 
@@ -158,7 +159,14 @@ def run_record(row: Row) -> RunRecord:
                      retry_of=row["retry_of"], concurrency_key=row.get("concurrency_key"),
                      params=params_of(row), parent_run_id=row.get("parent_run_id"),
                      parent_step=row.get("parent_step"),
-                     trace_context=row.get("trace_context"))
+                     trace_context=row.get("trace_context"), step_prints=row.get("step_prints"),
+                     version=row.get("version"), continued_on=continued_on_of(row))
+
+
+def continued_on_of(row: Row) -> tuple[str, ...]:
+    """The versions a run continued on after its workflow changed (SPEC §24), oldest first."""
+    found = _json(row.get("continued_on"))
+    return tuple(str(v) for v in found) if isinstance(found, list) else ()
 
 
 def parent_of(row: Row) -> dict[str, str] | None:
@@ -187,4 +195,6 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                      started_at=row["started_at"], ended_at=row["ended_at"],
                      previous_run_id=row["previous_run_id"], retry_of=row["retry_of"],
                      concurrency_key=row.get("concurrency_key"), params=params_of(row),
-                     output=_json(row.get("output")), parent=parent_of(row), steps=steps)
+                     output=_json(row.get("output")), parent=parent_of(row),
+                     version=row.get("version"), continued_on=list(continued_on_of(row)),
+                     steps=steps)

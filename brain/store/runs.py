@@ -16,6 +16,7 @@ from typing import Any
 from brain._clock import utcnow
 from brain._errors import WORKFLOW_CHANGED, RunConflict, RunNotFound
 from brain._secrets import scrub
+from brain.dsl.fingerprint import REMOVED
 from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus, TriggerData, clean_text
 from brain.store import queries
 from brain.store.backend import Connection, Statement, UsesBackend, lease_times
@@ -25,6 +26,7 @@ from brain.store.reading import read_record, read_run, resolve
 from brain.store.records import (
     check_lease,
     insert_queued,
+    pending_steps,
     queued_run_rows,
     run_record,
     run_statements,
@@ -44,17 +46,21 @@ class RunLifecycle(UsesBackend):
                          owner: str | None = None, lease_seconds: float = 30,
                          previous_run_id: str | None = None,
                          params: Mapping[str, Any] | None = None,
-                         trace_context: str | None = None) -> datetime:
+                         trace_context: str | None = None,
+                         step_prints: str | None = None,
+                         version: str | None = None) -> datetime:
         """Insert a run and its pending steps (``(name, kind)`` in call order) in one commit.
 
         With ``owner`` the run starts ``running`` under that owner's lease,
-        else it is ``queued``. ``params``: its validated parameters. Returns the creation
-        time.
+        else it is ``queued``. ``params``: its validated parameters; ``step_prints`` and
+        ``version``: what its steps do and its file's version (SPEC §24). Returns the
+        creation time.
         """
         now = utcnow()
         row, step_values = queued_run_rows(run_id, workflow, definition_hash, trigger, step_rows,
                                            now, params, previous_run_id=previous_run_id,
-                                           trace_context=trace_context)
+                                           trace_context=trace_context,
+                                           step_prints=step_prints, version=version)
         insert = queries.INSERT_RUN
         if owner is not None:
             row.update(status=RunStatus.RUNNING.value, started_at=now, lease_owner=owner,
@@ -93,11 +99,12 @@ class RunLifecycle(UsesBackend):
         return found[0]["lease_owner"] == owner, bool(found[0]["cancel_requested"])
 
     async def restamp_run(self, run_id: str, definition_hash: str,
-                          step_rows: Sequence[tuple[str, str]], *, owner: str) -> bool:
+                          step_rows: Sequence[tuple[str, str]], *, owner: str,
+                          step_prints: str | None = None, version: str | None = None) -> bool:
         """Give a queued run that ``owner`` has just taken another definition of its
-        workflow: the definition's hash, and pending rows for its steps instead of the old
-        ones, in one transaction. ``False`` (and nothing changed) if a step of it has
-        started after all."""
+        workflow: the definition's hash, fingerprints and version (SPEC §24), and pending
+        rows for its steps instead of the old ones, in one transaction. ``False`` (and
+        nothing changed) if a step of it has started after all."""
         _, step_values = queued_run_rows(run_id, "", definition_hash, TriggerData(), step_rows,
                                          utcnow())
         ids = {"run_id": run_id}
@@ -106,7 +113,8 @@ class RunLifecycle(UsesBackend):
             if conn.read(queries.STARTED_STEPS, ids)[0]["n"]:
                 return False
             changed = conn.write(queries.SET_DEFINITION, {
-                **ids, "owner": owner, "definition_hash": definition_hash})
+                **ids, "owner": owner, "definition_hash": definition_hash,
+                "step_prints": step_prints, "version": version})
             check_lease(changed, owner)
             conn.write(queries.DELETE_STEPS, ids)
             if step_values:
@@ -114,6 +122,39 @@ class RunLifecycle(UsesBackend):
             return True
 
         return await self.db.atomically(job)
+
+    async def continue_on(self, run_id: str, *, owner: str, definition_hash: str,
+                          step_prints: str, continued_on: Sequence[str],
+                          fresh: Sequence[tuple[str, str, int]],
+                          removed: Sequence[str]) -> None:
+        """A run that ``owner`` executes goes on with another definition of its workflow
+        after a change (SPEC §24), in one transaction: the run's definition hash,
+        fingerprints and the versions it continued on (``continued_on``, the new one last)
+        in one statement; its steps not started yet written again as the definition has
+        them now (``fresh``: ``(name, kind, position)``, pending); the pending steps it no
+        longer has (``removed``) end skipped. :class:`~brain.LeaseLost` (nothing changed)
+        when ``owner`` no longer holds the lease."""
+        import json
+
+        now = utcnow()
+        ids = {"run_id": run_id}
+        rows = pending_steps(run_id, fresh)
+
+        def job(conn: Connection) -> None:
+            check_lease(conn.write(queries.CONTINUE_ON, {
+                **ids, "owner": owner, "definition_hash": definition_hash,
+                "step_prints": step_prints,
+                "continued_on": json.dumps(list(continued_on)) if continued_on else None}),
+                owner)
+            if rows:
+                conn.write(queries.DELETE_PENDING_STEP, [{**ids, "name": r["name"]}
+                                                         for r in rows])
+                conn.write(queries.INSERT_NEW_STEP, rows)
+            if removed:
+                conn.write(queries.SKIP_PENDING_STEP, [
+                    {**ids, "name": n, "error": REMOVED, "now": now} for n in removed])
+
+        await self.db.atomically(job)
 
     async def finish_run(self, run_id: str, status: RunStatus, error: str | None = None, *,
                          owner: str | None = None,
@@ -197,11 +238,15 @@ class RunLifecycle(UsesBackend):
             if retried:
                 raise AlreadyRetried(full, str(retried[0]["id"]), str(retried[0]["status"]))
             new_id = uuid.uuid4().hex
+            # It starts on the definition its original ended on; taken, it goes on with the
+            # one loaded then under SPEC §24's rule (its kept steps must be unchanged).
+            last = original.continued_on[-1] if original.continued_on else original.version
             run_row, _ = queued_run_rows(new_id, original.workflow, original.definition_hash,
                                          original.trigger, (), now, original.params,
                                          previous_run_id=original.previous_run_id,
                                          trigger_key="retry", retry_of=full,
-                                         concurrency_key=original.concurrency_key)
+                                         concurrency_key=original.concurrency_key,
+                                         step_prints=original.step_prints, version=last)
             copied = [_retried_step(new_id, r)
                       for r in conn.read(queries.STEPS_OF_RUN, {"run_id": full})]
             for sql, params in run_statements(run_row, copied):

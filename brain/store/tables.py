@@ -107,6 +107,12 @@ runs = Table(
     Column("depth", Integer),
     # Its trace context (SPEC §25): JSON, the root span's and its parent's W3C ``traceparent``.
     Column("trace_context", Text),
+    # The definition it runs on (SPEC §24): each step's fingerprint and upstream (JSON, see
+    # brain.dsl.fingerprint), the version of the workflow's file it started on, and the
+    # versions it continued on after a change (a JSON list; NULL: none).
+    Column("step_prints", StoredText),
+    Column("version", String(64)),
+    Column("continued_on", StoredText),
     Index("ux_brain_runs_parent", "parent_run_id", "parent_step", "parent_try", unique=True),
     Index("ix_brain_runs_workflow_status_ended", "workflow", "status", "ended_at"),
     Index("ix_brain_runs_concurrency", "workflow", "concurrency_key", "status"),

@@ -118,7 +118,8 @@ async def _dead_run(store: Store, wf, *, lease_seconds: float) -> str:  # type: 
     await store.create_run(run_id=run_id, workflow=wf.name, definition_hash=wf.definition_hash,
                            trigger=TriggerData(), owner="elsewhere:1:dead",
                            step_rows=[(s.name, s.kind) for s in wf.spec.steps],
-                           lease_seconds=lease_seconds)
+                           lease_seconds=lease_seconds, step_prints=wf.fingerprint.text,
+                           version=wf.version)
     return run_id
 
 
@@ -153,23 +154,79 @@ def test_a_queued_run_runs_the_workflow_as_its_executor_has_it_now(
     assert row.definition_hash == now.definition_hash
 
 
-def test_resume_fails_a_run_whose_workflow_changed(tmp_path: Path, db_url: str) -> None:
+async def _dead_run_past(store: Store, wf, step: str) -> str:  # type: ignore[no-untyped-def]
+    """A dead run (its lease expired) whose ``step`` succeeded before its executor died."""
+    from brain._clock import utcnow
+
+    run_id = await _dead_run(store, wf, lease_seconds=-1)
+    await store.step_finished(run_id, step, status=StepStatus.SUCCEEDED, tries=1,
+                              ended_at=utcnow(), output="marked", inputs={},
+                              started_at=utcnow())
+    return run_id
+
+
+def test_resume_fails_a_run_whose_step_that_ran_changed(tmp_path: Path, db_url: str) -> None:
+    """SPEC §24: a step it already ran changed, so the run cannot go on; nothing runs."""
     original = load_file(simple_flow(tmp_path, "one"))["simple"]
-    changed = load_file(simple_flow(tmp_path, "two"))["simple"]
+    changed = load_file(write_source(tmp_path, "simple.py", SIMPLE.replace(
+        "echo x >> ran.txt", "echo y >> ran.txt")))["simple"]
     assert original.definition_hash != changed.definition_hash
 
     async def go():  # type: ignore[no-untyped-def]
         async with Store(db_url) as store:
-            run_id = await _dead_run(store, original, lease_seconds=-1)  # lease already expired
+            run_id = await _dead_run_past(store, original, "mark")
             return await resume_run(changed, store, run_id), await store.get_run(run_id)
 
     result, stored = asyncio.run(go())
     assert result is not None
     assert result.status == RunStatus.FAILED
-    assert result.error == WORKFLOW_CHANGED == "workflow changed since the run started"
-    assert stored.status == RunStatus.FAILED and stored.error == WORKFLOW_CHANGED
+    assert result.error == f"{WORKFLOW_CHANGED}: step 'mark' (command changed)"
+    assert WORKFLOW_CHANGED == "workflow changed since the run started"
+    assert stored.status == RunStatus.FAILED and stored.error == result.error
+    assert stored.steps["done"].status == StepStatus.SKIPPED
     assert stored.ended_at is not None
     assert not (tmp_path / "ran.txt").exists()  # no step of the new definition ran
+
+
+def test_resume_goes_on_with_the_new_definition_when_what_ran_is_unchanged(
+        tmp_path: Path, db_url: str) -> None:
+    original = load_file(simple_flow(tmp_path, "one"))["simple"]
+    changed = load_file(simple_flow(tmp_path, "two"))["simple"]
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with Store(db_url) as store:
+            run_id = await _dead_run_past(store, original, "mark")
+            return await resume_run(changed, store, run_id), await store.run_row(run_id)
+
+    result, row = asyncio.run(go())
+    assert result is not None and result.status == RunStatus.SUCCEEDED, result
+    assert result.steps["mark"].output == "marked"  # kept: not run again
+    assert result.steps["done"].output == "two"  # the new code
+    assert not (tmp_path / "ran.txt").exists()
+    assert row.definition_hash == changed.definition_hash
+    assert row.step_prints == changed.fingerprint.text
+    assert (row.version, row.continued_on) == (original.version, (changed.version,))
+
+
+def test_a_run_recorded_before_fingerprints_were_kept_fails_on_any_change(
+        tmp_path: Path, db_url: str) -> None:
+    original = load_file(simple_flow(tmp_path, "one"))["simple"]
+    changed = load_file(simple_flow(tmp_path, "two"))["simple"]
+
+    async def go():  # type: ignore[no-untyped-def]
+        import uuid
+
+        async with Store(db_url) as store:
+            run_id = uuid.uuid4().hex
+            await store.create_run(run_id=run_id, workflow="simple",
+                                   definition_hash=original.definition_hash,
+                                   trigger=TriggerData(), owner="elsewhere:1:dead",
+                                   step_rows=[(s.name, s.kind) for s in original.spec.steps],
+                                   lease_seconds=-1)
+            return await resume_run(changed, store, run_id)
+
+    result = asyncio.run(go())
+    assert result is not None and result.error == WORKFLOW_CHANGED
 
 
 def test_resume_leaves_a_run_with_a_live_lease_alone(tmp_path: Path, db_url: str) -> None:

@@ -5,7 +5,8 @@ A waiting run holds no executor slot, no lease and no process: a sleeper on
 a new one. Timers live in the database: a sleep outlives ``kill -9`` of the server
 and continues exactly once after the restart. A waiting run can be cancelled at
 once (its timer then never continues it) and is listed and counted while it
-waits; one continued after its workflow changed fails.
+waits; one continued after a step it ran changed fails (SPEC §24; a change to a later
+step goes on: tests/runner/test_changes_live.py).
 
 The steps after the waits append a line to a file named by the run's body, so a
 continuation that ran twice (or never) shows. Times are only asserted as an order
@@ -173,8 +174,8 @@ def test_sleeps_survive_kill_9_and_continue_once(tmp_path: Path,
 # --- a changed workflow -----------------------------------------------------------------------------
 
 
-def test_a_run_continued_after_its_workflow_changed_fails(tmp_path: Path,
-                                                          servers: list[BrainServer]) -> None:
+def test_a_run_continued_after_a_step_it_ran_changed_fails(tmp_path: Path,
+                                                           servers: list[BrainServer]) -> None:
     folder = tmp_path / "flows"
     folder.mkdir()
     source = '''
@@ -182,8 +183,9 @@ def test_a_run_continued_after_its_workflow_changed_fails(tmp_path: Path,
 
         @workflow
         def deploy():
+            shell("build", command="echo %s")
             sleep("nap", "1s")
-            shell("after", argv=["sh", "-c", 'echo %s >> "$1"', "sh", trigger.body])
+            shell("after", argv=["sh", "-c", 'echo after >> "$1"', "sh", trigger.body])
     '''
     write_source(folder, "deploy.py", source % "old")
     first = serve(folder, tmp_path, servers)
@@ -192,11 +194,12 @@ def test_a_run_continued_after_its_workflow_changed_fails(tmp_path: Path,
     first.wait_waiting(run_id)
     assert first.stop() == 0  # a graceful stop leaves the waiting run waiting
 
-    write_source(folder, "deploy.py", source % "new")  # another definition
+    write_source(folder, "deploy.py", source % "new")  # a step it ran changed
     second = serve(folder, tmp_path, servers)
     ended = second.wait_run(run_id, seconds=30)
     assert ended["status"] == "failed", ended
-    assert "workflow changed since the run started" in ended["error"]
+    assert ended["error"] == "workflow changed since the run started: step 'build' " \
+                             "(command changed)"
     assert step(ended, "after")["status"] != "succeeded"
     assert not marker.exists()
 

@@ -157,7 +157,7 @@ async def test_steps_waiting_since_before_the_upgrade_match_only_keys_known_whol
             # Later revisions' columns go too, so the upgrade from 0010 adds them again.
             await conn.execute(text("DROP INDEX ux_brain_runs_parent"))
             for column in ("params", "output", "parent_run_id", "parent_step", "parent_try",
-                           "depth"):
+                           "depth", "step_prints", "version", "continued_on"):
                 await conn.execute(text(f"ALTER TABLE brain_runs DROP COLUMN {column}"))
             await conn.execute(text("UPDATE alembic_version SET version_num = '0010'"))
         url = store.url

@@ -4,14 +4,14 @@ executes, resumes or wakes it continues the same trace. NULL for runs created wi
 tracing (and every run before this revision).
 
 Revision ID: 0015
-Revises: 0013 (to be re-chained after 0014 when both land)
+Revises: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
