@@ -196,7 +196,7 @@ def _run_commands(sub: Any) -> None:
 
 
 def _tool_commands(sub: Any) -> None:
-    """``mcp tools`` and ``db upgrade``."""
+    """``mcp tools``, ``cache clear`` and ``db upgrade``."""
     p = sub.add_parser("mcp", help="MCP servers")
     mcpsub = p.add_subparsers(dest="mcp_command", metavar="ACTION", parser_class=_Parser)
     t = mcpsub.add_parser("tools", help="list a server's tools and their input schemas",
@@ -212,6 +212,12 @@ def _tool_commands(sub: Any) -> None:
     t.add_argument("--transport", choices=("streamable-http", "sse"), default="streamable-http",
                    help="the HTTP transport (default: streamable-http)")
     t.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+
+    p = sub.add_parser("cache", help="cached steps' entries (cache= on a step)")
+    cachesub = p.add_subparsers(dest="cache_command", metavar="ACTION", parser_class=_Parser)
+    c = cachesub.add_parser("clear", help="delete cached outputs: all, a workflow's, or a step's")
+    c.add_argument("--workflow", metavar="W", help="only this workflow's entries")
+    c.add_argument("--step", metavar="S", help="only this step's entries (with --workflow)")
 
     p = sub.add_parser("db", help="database schema")
     dbsub = p.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
@@ -303,6 +309,11 @@ def _main(argv: Sequence[str] | None) -> int:
         raise SystemExit(2)
     if args.command == "db" and args.db_command is None:
         parser.error("brain db needs an action: upgrade")
+    if args.command == "cache":
+        if args.cache_command is None:
+            parser.error("brain cache needs an action: clear")
+        if args.step is not None and args.workflow is None:
+            parser.error("--step needs --workflow (a step's name is its workflow's)")
     if args.command == "mcp":
         if args.mcp_command is None:
             parser.error("brain mcp needs an action: tools")
