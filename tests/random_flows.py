@@ -3,8 +3,9 @@
 A definition is a DAG of ``shell`` and ``@step`` steps (``after=`` makes the edges); half the
 ``@step`` functions return what a helper function of the module returns, so an edit of the
 helper is an edit of the step. The steps are siblings of one ``parallel()`` block, so a step
-waits for the steps of its ``after=`` and nothing else. :func:`source` writes it as a workflow file named ``flow``;
-:func:`expected_change` says which step of a run a change fails, by the rule.
+waits for the steps of its ``after=`` and nothing else. :func:`source` writes it as a
+workflow file named ``flow``; :func:`expected_change` says which step of a run a change
+fails, by the rule.
 """
 
 from __future__ import annotations

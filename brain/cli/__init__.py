@@ -155,6 +155,11 @@ def _run_commands(sub: Any) -> None:
                    help="only the child runs of this run (an id or a unique prefix)")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--stale", action="store_true",
+                   help="only the waiting runs that the workflows in PATH (as loaded now) "
+                        "would fail when they continue, with the step that changed")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="with --stale: workflow files or folders (default: the current one)")
 
     p = sub.add_parser("show", help="show one run and its steps (a unique id prefix will do)")
     p.add_argument("run_id", metavar="RUN_ID")
@@ -188,6 +193,9 @@ def _run_commands(sub: Any) -> None:
     p = sub.add_parser("retry", help="queue a failed or cancelled run again: steps that "
                                      "succeeded keep their outputs, the others run")
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--from", dest="from_step", metavar="STEP",
+                   help="run STEP and every step downstream of it again (on the current "
+                        "definition); the others keep their outputs")
 
     p = sub.add_parser("prune", help="delete finished runs older than AGE (e.g. 30d, 12h)")
     p.add_argument("--older-than", required=True, metavar="AGE", type=_age_text)

@@ -22,11 +22,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     check = _Check(as_json=getattr(args, "json", False))
     for path in args.paths or ["."]:
         check.path(path)
+    if check.loaded and not check.bad:
+        warn_stale(check.loaded)
     if check.as_json:
         from brain.cli.terminal import json_text
 
         render.write_stdout(json_text(check.found, indent=2) + "\n")
     return 2 if check.bad else 0
+
+
+def warn_stale(workflows: dict[str, Workflow]) -> None:
+    """With a database at hand (``BRAIN_DATABASE_URL``, or the default file exists: none is
+    created to check), warn about each waiting run that these workflows, as loaded now,
+    would fail when it continues (SPEC §24)."""
+    from brain.store.urls import default_url, missing_database
+
+    if missing_database(default_url()):
+        return
+    from brain.cli.commands import with_api
+
+    try:
+        found = with_api(lambda api: api.stale(workflows))
+    except Exception as exc:  # checking the files is the command's job: say it, go on
+        render.warning(f"could not look for waiting runs this change would fail: {exc}")
+        return
+    for run, why in found:
+        render.warning(f"waiting run {run.run_id[:12]} of {run.workflow} would fail when it "
+                       f"continues: {why} (see brain runs --stale)")
 
 
 def workflow_facts(wf: Workflow) -> dict[str, Any]:
@@ -47,6 +69,7 @@ class _Check:
         self.seen: dict[str, str | None] = {}  # workflow name -> the file that defines it
         self.as_json = as_json
         self.found: list[dict[str, Any]] = []  # with --json: each good workflow's facts
+        self.loaded: dict[str, Workflow] = {}  # each good workflow, by name
 
     def problem(self, message: str) -> None:
         render.error(message)
@@ -87,6 +110,7 @@ class _Check:
                 self.problem(f"workflow {wf.name!r} is defined twice: in {first} and "
                              f"{wf.spec.source_file}")
                 continue
+            self.loaded[wf.name] = wf
             if self.as_json:
                 self.found.append(workflow_facts(wf))
                 continue

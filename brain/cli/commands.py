@@ -225,6 +225,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     """``brain runs``: recent runs, as a table or JSON."""
     if args.limit < 1:
         raise ValueError("--limit must be at least 1")
+    if args.paths and not args.stale:
+        raise ValueError("PATH is read with --stale only")
+    if args.stale:
+        return _stale_runs(args)
     results = with_api(lambda api: api.runs(workflow=args.workflow, status=args.status,
                                             limit=args.limit, parent=args.parent))
     if args.json:
@@ -239,6 +243,25 @@ def cmd_runs(args: argparse.Namespace) -> int:
                   f"{shown_database(default_url())}")
     else:
         render.runs_table(results)
+    return 0
+
+
+def _stale_runs(args: argparse.Namespace) -> int:
+    """``brain runs --stale [PATH...]``: the waiting runs the workflows of PATH, as loaded
+    now, would fail when they continue (SPEC §24)."""
+    from brain.loader import discover
+
+    workflows = discover(args.paths or ["."])
+    if args.workflow:
+        workflows = {k: v for k, v in workflows.items() if k == args.workflow}
+    found = with_api(lambda api: api.stale(workflows))
+    if args.json:
+        render.write_stdout(json_text([{**r.to_json_dict(), "stale": why}
+                                       for r, why in found]) + "\n")
+    elif not found:
+        render.ok("no waiting run would fail on the workflows as loaded now")
+    else:
+        render.stale_table(found)
     return 0
 
 
@@ -274,22 +297,27 @@ def cmd_workers(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    """Queue a retry of a failed or cancelled run, unless another run retries it already
-    (exit 1, naming that run, as the API answers 409)."""
-    from brain._errors import RunConflict
+    """Queue a retry of a failed or cancelled run (``--from STEP``: of an ended run, from
+    that step), unless another run retries it already (exit 1, naming that run, as the API
+    answers 409). A step the workflow does not have is exit 2; a kept step that changed
+    since fails the retry when it is taken (SPEC §24: this command loads no workflow)."""
+    from brain._errors import WORKFLOW_CHANGED, RunConflict
     from brain.service.api import AlreadyRetried
 
     try:
-        new_id, _ = with_api(lambda api: api.retry(args.run_id))
+        new_id, _ = with_api(lambda api: api.retry(args.run_id, from_step=args.from_step))
     except AlreadyRetried as exc:
         latest = exc.retried_by[:12]
         render.error(f"{exc} (brain retry {latest}); see it with brain show {latest}")
         return 1
     except RunConflict as exc:
         render.error(str(exc))
-        return 1
-    render.ok(f"queued run {new_id}, a retry of {args.run_id}: a running `brain serve` or "
-              f"`brain worker` executes it (steps that succeeded keep their outputs)")
+        return 2 if str(exc).startswith(WORKFLOW_CHANGED) else 1
+    kept = ("the steps not downstream of it keep their outputs" if args.from_step
+            else "steps that succeeded keep their outputs")
+    render.ok(f"queued run {new_id}, a retry of {args.run_id}"
+              f"{f' from step {args.from_step}' if args.from_step else ''}: a running "
+              f"`brain serve` or `brain worker` executes it ({kept})")
     return 0
 
 

@@ -290,6 +290,17 @@ def runs_table(results: list[RunResult]) -> None:
     print_table(table)
 
 
+def stale_table(found: list[tuple[RunResult, str]]) -> None:
+    """``brain runs --stale``: each waiting run a change would fail, and why."""
+    table = new_table()
+    for col in ("run", "workflow", "waiting since", "would fail with"):
+        table.add_column(col)
+    for r, why in found:
+        table.add_row(r.run_id[:12], data(r.workflow), when(r.started_at or r.created_at),
+                      Text(shown(why)))
+    print_table(table)
+
+
 def graph(wf: Workflow) -> None:
     """``brain graph`` as text: each step and what it waits for."""
     out.print(data(wf.name, "bold"))

@@ -30,6 +30,10 @@ def run_detail(r: RunResult) -> None:
                    f"  [{STYLE.get(str(r.status), '')}]{r.status}[/]"))
     if r.retry_of:
         out.print(line("retry of run ", data(r.retry_of)))
+    if r.version:
+        continued = (("  continued on: ", data(", ".join(r.continued_on)))
+                     if r.continued_on else ())
+        out.print(line("version: ", data(r.version), *continued))
     if r.parent:
         out.print(line("child of run ", data(r.parent.get("run_id")), " (step ",
                        data(r.parent.get("step")), ")"))

@@ -43,6 +43,17 @@ class RunRequest(Struct):
                                            "30 s")] = False
 
 
+class RetryRequest(Struct, forbid_unknown_fields=True):
+    """Body of ``POST /api/runs/{run_id}/retry``; an empty body is ``{}``."""
+
+    from_step: Annotated[str, Meta(
+        description="retry from this step (SPEC §24): it and every step downstream of it run "
+                    "again on the current definition, the others keep their outputs (they "
+                    "must be unchanged since: else 409); an ended run of any status may be "
+                    "retried so. 400 for a step the workflow does not have",
+        max_length=1000)] | None = msgspec.field(default=None, name="from")
+
+
 # --- small answers ---------------------------------------------------------------------------------
 
 
@@ -221,6 +232,11 @@ class RunDetail(Struct):
     parent: Annotated[dict[str, str] | None, Meta(
         description="a child run's parent: {run_id, step} (null for a run started otherwise)"
     )] = None
+    version: Annotated[str | None, Meta(
+        description="the version of its workflow's file it started on (SPEC §24): the file's "
+                    "digest, with @ and the git commit when in a repository")] = None
+    continued_on: Annotated[list[str], Meta(
+        description="the versions it continued on after its workflow changed")] = []
     steps: list[StepDetail] = []
     usage: Annotated[dict[str, int] | None, Meta(
         description="the tokens all its llm steps spent (SPEC §18)")] = None

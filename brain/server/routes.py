@@ -38,6 +38,7 @@ from brain.server.bodies import (
     Health,
     ResumedStep,
     RetryQueued,
+    RetryRequest,
     RunAccepted,
     RunDetail,
     RunEnded,
@@ -103,7 +104,7 @@ LinesAfter = Annotated[int, QueryParameter(description="only the lines whose seq
 FollowLog = Annotated[bool, QueryParameter(description="stream new lines until the step ends")]
 InStatus = Annotated[str | None, QueryParameter(description="only runs in this status")]
 HowMany = Annotated[int, QueryParameter(description="how many: 1 to 1000")]
-#: The body of cancel and retry: no fields are defined, but malformed JSON is still refused.
+#: The body of cancel: no fields are defined, but malformed JSON is still refused.
 IgnoredBody = Annotated[Any, Body(description="optional and ignored: no fields are defined "
                                               "(malformed JSON is still refused)")]
 
@@ -192,11 +193,13 @@ async def cancel_run(brain: NamedDependency[ServiceAccess], run_id: FromPath[str
 @post("/runs/{run_id:str}/retry", status_code=202, guards=[json_only],
       operation_class=OptionalBodyOperation, responses=documented(400, 404, 409, 413, 415))
 async def retry_run(brain: NamedDependency[ServiceAccess], run_id: FromPath[str],
-                    data: IgnoredBody = None) -> RetryQueued:
+                    data: JSONBody[RetryRequest | None] = None) -> RetryQueued:
     """Queue a failed or cancelled run again: steps that succeeded keep their outputs and
-    do not run; the others run. 409 while it is active, after it succeeded, or when its
-    workflow changed since."""
-    new_id, original = await brain.retry(run_id)
+    do not run; the others run on the current definition. ``{"from": STEP}``: STEP and
+    every step downstream run again (a succeeded run too). 409 while it is active, after it
+    succeeded (without ``from``), once it was retried, or when a step it keeps changed since
+    (SPEC §24); 400 for an unknown step."""
+    new_id, original = await brain.retry(run_id, from_step=data.from_step if data else None)
     return RetryQueued(run_id=new_id, retry_of=original)
 
 

@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from brain._errors import BrainError, RunConflict, StepNotFound
+from brain._errors import BrainError, RunConflict, RunNotFound, StepNotFound
 from brain.dsl.waits import SIGNAL_NAME, SIGNAL_NAME_RULE
 from brain.results import FINISHED_RUN, LogLine, RunResult, StepStatus, TriggerData
 from brain.store.queue import QueueFull
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from brain.runner.workflows import RunnableWorkflow
     from brain.service import BrainService
     from brain.store import Store
+    from brain.store.base import RunRecord
     from brain.workflow import Workflow
 
 __all__ = ["AlreadyRetried", "BrainApi", "InvalidInput", "QueueFull", "UnknownWorkflow"]
@@ -53,6 +54,22 @@ class UnknownWorkflow(BrainError, LookupError):
 
 class InvalidInput(BrainError, ValueError):
     """An operation's input breaks its rules (HTTP 400); nothing was changed."""
+
+
+def _downstream(row: RunRecord, wf: Workflow | None, step: str) -> set[str]:
+    """``step`` and the steps downstream of it, in the workflow as loaded (else as the run
+    recorded it); :class:`InvalidInput` when it has no such step."""
+    from brain.dsl.fingerprint import WorkflowPrint
+
+    graph = wf.fingerprint if wf is not None else (
+        WorkflowPrint.parse(row.step_prints) if row.step_prints else None)
+    if graph is None:
+        raise InvalidInput(f"run {row.id[:12]} was recorded before its steps' graph was kept: "
+                           f"retry it whole (without --from)")
+    if step not in graph.steps:
+        raise InvalidInput(f"workflow {row.workflow!r} has no step {step[:200]!r}; its steps: "
+                           f"{', '.join(graph.steps)}")
+    return graph.downstream(step)
 
 
 class BrainApi:
@@ -130,25 +147,70 @@ class BrainApi:
 
         return await cancel_run(self._store, run_id)
 
-    async def retry(self, run_id: str) -> tuple[str, str]:
+    async def retry(self, run_id: str, *, from_step: str | None = None) -> tuple[str, str]:
         """Queue a retry of a failed or cancelled run: the new run's id and the original's
-        full id. Steps that succeeded keep their outputs; the others run again.
+        full id. Steps that succeeded keep their outputs; the others run again, on the
+        current definition (SPEC §24). ``from_step`` (``brain retry --from``): that step and
+        every step downstream of it run again too, and an ended run of any status may be
+        retried so.
 
-        :class:`RunConflict` when the run is active or succeeded; :class:`AlreadyRetried`
-        (a ``RunConflict``) when another run retries it already (retry that one); with a
-        service, when its workflow is not served here or its definition changed since."""
+        :class:`RunConflict` when the run is active or (without ``from_step``) succeeded;
+        :class:`AlreadyRetried` (a ``RunConflict``) when another run retries it already
+        (retry that one); :class:`InvalidInput` for a step its workflow does not have.
+        With a service, :class:`RunConflict` when its workflow is not served here, or when
+        a step the retry keeps changed since (``workflow changed since the run started:
+        step 'NAME' (...)``); without one, that rule is applied when the retry is taken.
+        Nothing is queued when any of these is raised."""
         full = await self._store.resolve_id(run_id)
-        definition_hash = None
-        if self._service is not None:
-            row = await self._store.run_row(full)
-            if row is not None:
-                wf = self.workflows.get(row.workflow)
-                if wf is None:
-                    raise RunConflict(f"workflow {row.workflow!r} is not served here")
-                definition_hash = wf.definition_hash
-        new_id = await self._store.retry_run(full, definition_hash=definition_hash)
+        row = await self._store.run_row(full)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        wf = self.workflows.get(row.workflow)
+        if self._service is not None and wf is None:
+            raise RunConflict(f"workflow {row.workflow!r} is not served here")
+        rerun = None if from_step is None else _downstream(row, wf, from_step)
+        if wf is not None:  # (a service: the runner is loaded)
+            from brain.runner.claimed import definition_of, stored_run
+            from brain.runner.lifecycle import retry_refusal
+
+            run = stored_run(row, await self._store.step_states(full))
+            refused = retry_refusal(run, definition_of(wf), frozenset(rerun or ()))
+            if refused is not None:
+                raise RunConflict(refused)
+        new_id = await self._store.retry_run(full, rerun=rerun)
         self._wake()
         return new_id, full
+
+    # --- code changes under waiting runs (SPEC §24) ---------------------------------------
+
+    async def stale_reason(self, run_id: str, wf: RunnableWorkflow | None = None) -> str | None:
+        """Why the waiting run ``run_id`` would fail when it continues on ``wf`` (by default
+        its workflow as loaded here): ``workflow changed since the run started: step 'NAME'
+        (...)``; ``None`` when it would go on (or does not wait, or its workflow is not
+        loaded)."""
+        row = await self._store.run_row(await self._store.resolve_id(run_id))
+        wf = wf or (self.workflows.get(row.workflow) if row is not None else None)
+        if row is None or wf is None or row.status != "waiting":
+            return None
+        from brain.runner.claimed import definition_of, stored_run
+        from brain.runner.lifecycle import changed_since_start
+
+        run = stored_run(row, await self._store.step_states(row.id))
+        return changed_since_start(run, definition_of(wf))
+
+    async def stale(self, workflows: Mapping[str, RunnableWorkflow] | None = None, *,
+                    limit: int = 1000) -> list[tuple[RunResult, str]]:
+        """The waiting runs (up to ``limit``, newest first) that the loaded definitions
+        (``workflows``, by default this service's) would fail when they continue, each with
+        why (see :meth:`stale_reason`)."""
+        loaded = self.workflows if workflows is None else workflows
+        found = []
+        for run in await self.runs(status="waiting", limit=limit):
+            wf = loaded.get(run.workflow)
+            reason = None if wf is None else await self.stale_reason(run.run_id, wf)
+            if reason is not None:
+                found.append((run, reason))
+        return found
 
     # --- waits -----------------------------------------------------------------------------
 

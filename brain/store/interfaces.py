@@ -19,7 +19,7 @@ serves it:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
@@ -271,7 +271,8 @@ class ClaimStore(Protocol):
         """Ask a run to stop; the run and whether it was still active."""
         ...
 
-    async def retry_run(self, run_id: str, *, definition_hash: str | None = None) -> str:
+    async def retry_run(self, run_id: str, *, definition_hash: str | None = None,
+                        rerun: Collection[str] | None = None) -> str:
         """Queue a new run that retries a failed or cancelled one; its id."""
         ...
 

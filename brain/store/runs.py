@@ -9,7 +9,7 @@ PostgreSQL).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -207,14 +207,17 @@ class RunLifecycle(UsesBackend):
         await db.atomically(lambda conn: cancel_tree(conn, [full], utcnow()))
         return await read_run(db, full, with_steps=False), True
 
-    async def retry_run(self, run_id: str, *, definition_hash: str | None = None) -> str:
+    async def retry_run(self, run_id: str, *, definition_hash: str | None = None,
+                        rerun: Collection[str] | None = None) -> str:
         """Queue a new run that retries ``run_id`` (failed or cancelled); return its id.
 
         Same workflow, trigger and ``{previous.X}`` run; ``retry_of`` points at the
         original. Steps that succeeded there are copied as they ended (outputs,
         inputs, tries and times) and do not run again; the others wait to run.
         With ``definition_hash``, a workflow whose definition changed since is a
-        :class:`RunConflict`.
+        :class:`RunConflict`. ``rerun`` (``brain retry --from``, SPEC §24): these steps (and
+        their ``for_each`` instances) run again even where they succeeded, and a run that
+        succeeded may be retried too.
 
         A run is retried once: a second retry of it is :class:`AlreadyRetried` (naming
         the run that retries it), checked in the transaction that queues the retry, so
@@ -232,7 +235,7 @@ class RunLifecycle(UsesBackend):
             if not found:
                 raise RunNotFound(f"no run {run_id!r}")
             original = run_record(found[0])
-            _check_retryable(original, definition_hash)
+            _check_retryable(original, definition_hash, rerun is not None)
             retried = conn.read(queries.RETRIED_BY, {"workflow": original.workflow,
                                                      "run_id": full})
             if retried:
@@ -247,7 +250,8 @@ class RunLifecycle(UsesBackend):
                                          trigger_key="retry", retry_of=full,
                                          concurrency_key=original.concurrency_key,
                                          step_prints=original.step_prints, version=last)
-            copied = [_retried_step(new_id, r)
+            again = frozenset(rerun or ())
+            copied = [_retried_step(new_id, r, again)
                       for r in conn.read(queries.STEPS_OF_RUN, {"run_id": full})]
             for sql, params in run_statements(run_row, copied):
                 conn.write(sql, params)
@@ -271,20 +275,30 @@ class AlreadyRetried(RunConflict):
                          f"({status}): {then}")
 
 
-def _check_retryable(original: RunRecord, definition_hash: str | None) -> None:
-    """:class:`RunConflict` unless ``original`` failed or was cancelled, and (with
-    ``definition_hash``) its workflow's definition is the one it ran."""
-    if original.status not in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
+def _check_retryable(original: RunRecord, definition_hash: str | None,
+                     from_step: bool = False) -> None:
+    """:class:`RunConflict` unless ``original`` failed or was cancelled (or, retried from a
+    step, succeeded), and (with ``definition_hash``) its workflow's definition is the one
+    it ran."""
+    allowed = (RunStatus.FAILED.value, RunStatus.CANCELLED.value) + (
+        (RunStatus.SUCCEEDED.value,) if from_step else ())
+    if original.status not in allowed:
         verb = "is still " if original.status not in _FINISHED else ""
-        raise RunConflict(f"run {original.id[:12]} {verb}{original.status}: only a failed or "
-                          f"cancelled run can be retried")
+        which = "an ended" if from_step else "a failed or cancelled"
+        hint = (" (a succeeded one from a step: retry --from STEP)"
+                 if original.status == RunStatus.SUCCEEDED.value else "")
+        raise RunConflict(f"run {original.id[:12]} {verb}{original.status}: only {which} run "
+                          f"can be retried{hint}")
     if definition_hash is not None and definition_hash != original.definition_hash:
         raise RunConflict(WORKFLOW_CHANGED)
 
 
-def _retried_step(run_id: str, old: dict[str, object]) -> dict[str, object]:
-    """A step of a retry: as it ended when it succeeded, else pending."""
-    if old["status"] == StepStatus.SUCCEEDED.value:
+def _retried_step(run_id: str, old: dict[str, object],
+                  rerun: frozenset[str] = frozenset()) -> dict[str, object]:
+    """A step of a retry: as it ended when it succeeded (and is not to run again), else
+    pending."""
+    if old["status"] == StepStatus.SUCCEEDED.value and \
+            str(old["name"]).split("[", 1)[0] not in rerun:
         return step_row(**{**old, "run_id": run_id, "error": None})
     return step_row(run_id=run_id, name=old["name"], position=old["position"], kind=old["kind"],
                     status=StepStatus.PENDING.value, tries=0)

@@ -89,7 +89,9 @@ async def test_retry_of_a_changed_workflow_is_409_and_unknown_runs_404(tmp_path:
     async with client_for([changed]) as client:
         r = await client.post(f"/api/runs/{failed['run_id']}/retry")
         assert r.status_code == 409, r.text
-        assert r.json()["detail"] == "workflow changed since the run started"
+        # SPEC §24: a step the retry would keep (count succeeded) changed since
+        assert r.json()["detail"] == ("workflow changed since the run started: step 'count' "
+                                      "(argv, command changed)")
         r = await client.post("/api/runs/0123456789abcdef0123456789abcdef/retry")
         assert r.status_code == 404
         runs = (await client.get("/api/runs")).json()

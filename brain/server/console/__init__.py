@@ -106,7 +106,10 @@ async def runs_page(request: Request[Any, Any, Any], brain: NamedDependency[Serv
 @get("/runs/{run_id:str}", include_in_schema=False, dependencies=_BRAIN)
 async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[ServiceAccess],
                    run_id: FromPath[str]) -> Response[str]:
-    """One run: its graph, a timeline, and every step's inputs, output, error and stderr.
+    """One run: its graph, a timeline, and every step's inputs, output, error and stderr;
+    the version it started on and those it continued on, a notice when it waits and the
+    workflow as loaded now would fail it (SPEC §24), and "Retry from here" on each step
+    once it ended.
 
     The page's script fetches this very page again when the run changes and swaps in
     its parts, so the server's templates are the only place a run is drawn."""
@@ -148,6 +151,8 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
                   param_text=lambda v: v if isinstance(v, str) else json.dumps(
                       v, ensure_ascii=False),
                   output_text=_output_text(run.output),
+                  stale=(await brain.stale_reason(run.run_id)
+                         if run.status == RunStatus.WAITING else None),
                   **_waits(request, run))
 
 

@@ -167,6 +167,16 @@ function runButtons(root, runId, result) {
     post("/api/runs/" + runId + "/retry").then((data) => { window.location.href = "/runs/" + data.run_id; })
       .catch((err) => { result.textContent = err.message; });
   });
+  // "Retry from here" on a step of an ended run (its steps are drawn again as it changes:
+  // one listener on the page serves them all)
+  root.addEventListener("click", (event) => {
+    const button = event.target.closest('[data-action="retry-from"]');
+    if (!button) return;
+    const said = button.parentElement.querySelector("output") || result;
+    post("/api/runs/" + runId + "/retry", {from: button.dataset.step})
+      .then((data) => { window.location.href = "/runs/" + data.run_id; })
+      .catch((err) => { said.textContent = err.message; });
+  });
 }
 
 function livePage() {
