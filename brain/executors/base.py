@@ -105,6 +105,8 @@ class PreparedStep:
     #: The tokens a request of this step reserves in a rate limit (SPEC §26): an LLM
     #: step's ``max_tokens`` plus its prompt's estimate.
     reserve_tokens: int = 0
+    #: Whether its requests pass its rate limit: a mocked step's reach no provider.
+    limited: bool = True
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,8 @@ class StepRunner:
     async def _tries(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
                      state: _Try) -> Outcome:
         """Try, and try again while the failure is worth it and ``retries`` allow."""
-        gate = None if self.limits is None else self.limits.gate(spec, state.writer.log)
+        gate = (self.limits.gate(spec, state.writer.log)
+                if self.limits is not None and prepared.limited else None)
         ctx = replace(self.ctx, on_process=partial(self.lease.process_started, spec.name,
                                                    state.records), log=state.writer.log,
                       gate=gate)

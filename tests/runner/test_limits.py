@@ -178,3 +178,16 @@ def test_a_bad_limit_name_or_value_is_a_definition_error() -> None:
         @workflow
         def inline() -> None:
             shell("a", command="true", limit=Limit(requests=1))  # type: ignore[arg-type]
+
+
+def test_a_mocked_step_waits_for_no_limit() -> None:
+    from brain.testing import run_workflow
+
+    @workflow(limits={"model": Limit(requests=1, per="1h")})
+    def mocked() -> None:
+        with parallel():
+            for i in range(3):
+                llm(f"ask{i}", prompt="hi", model="m", limit="model")
+
+    result = run_workflow(mocked, mocks={"llm": "fine"})
+    assert result.succeeded and [s.output for s in result.steps.values()] == ["fine"] * 3
