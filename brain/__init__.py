@@ -19,12 +19,15 @@ from brain._errors import (
 )
 from brain._version import __version__
 from brain.dsl import (
+                           Cache,
+                           Limit,
                            StepNode,
                            WorkflowGraph,
                            approval,
                            cron,
                            every,
                            for_each,
+                           limit,
                            llm,
                            mcp_tool,
                            parallel,
@@ -42,9 +45,9 @@ from brain.results import RunResult, RunStatus, StepResult, StepStatus, TriggerD
 from brain.workflow import Workflow, workflow
 
 __all__ = [
-    "BrainError", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
+    "BrainError", "Cache", "Limit", "PlaceholderError", "RunNotFound", "RunResult", "RunStatus", "StepFailed",
     "StepNode", "StepResult", "StepStatus", "StoreError", "TriggerData", "Workflow",
     "WorkflowDefinitionError", "WorkflowGraph", "WorkflowInputError", "WorkflowLoadError",
-    "__version__", "approval", "cron", "every", "for_each", "llm", "mcp_tool", "parallel",
+    "__version__", "approval", "cron", "every", "for_each", "limit", "llm", "mcp_tool", "parallel",
     "secret", "shell", "sleep", "step", "trigger", "wait_for", "watch", "webhook", "when", "workflow",
 ]

@@ -22,13 +22,17 @@ class StepFailed(BrainError):
     tail of the step's error stream when there is one, ``output`` what it printed
     on its standard output before it failed (kept, not passed on); ``retryable=False``
     fails the step at once whatever its ``retries``; ``retry_after`` asks for at
-    least that many seconds before the next try (an HTTP ``Retry-After``).
+    least that many seconds before the next try (an HTTP ``Retry-After``); ``throttled``:
+    the provider said too many requests (HTTP 429), so the step's rate limit pauses for
+    ``retry_after`` (SPEC §26).
     """
 
     def __init__(self, message: str, *, stderr: str | None = None, retryable: bool = True,
-                 retry_after: float | None = None, output: str | None = None) -> None:
+                 retry_after: float | None = None, output: str | None = None,
+                 throttled: bool = False) -> None:
         super().__init__(message)
         self.message = message
+        self.throttled = throttled
         self.stderr = stderr
         self.output = output
         self.retryable = retryable

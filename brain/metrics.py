@@ -3,8 +3,8 @@
 One :class:`Metrics` per service, each with a registry of its own (two servers in
 one process, as in tests, never share counts). It observes the runs the service
 executes (a :class:`~brain.runner.observe.RunObserver`: runs started and ended,
-steps' durations, LLM tokens); the service records schedule fires and the runs
-executing now; the server records webhook deliveries;
+steps' durations, LLM tokens, cache hits and misses and the tokens hits saved); the
+service records schedule fires and the runs executing now; the server records webhook deliveries;
 queue depth is read from the database when scraped. Counts are this process's:
 with several ``brain worker`` processes, scrape each (or sum them).
 """
@@ -59,6 +59,16 @@ class Metrics(RunObserver):
         self.llm_tokens = Counter("brain_llm_tokens", "Tokens LLM steps spent (SPEC §18), by "
                                   "workflow, model and kind: prompt or completion",
                                   ["workflow", "model", "kind"], registry=r)
+        self.cache_hits = Counter("brain_cache_hits", "Steps answered from their cache "
+                                  "(SPEC §26), by workflow and step kind",
+                                  ["workflow", "kind"], registry=r)
+        self.cache_misses = Counter("brain_cache_misses", "Steps with a cache that ran: no "
+                                    "unexpired entry (SPEC §26), by workflow and step kind",
+                                    ["workflow", "kind"], registry=r)
+        self.tokens_saved = Counter("brain_llm_tokens_saved", "Tokens LLM steps answered from "
+                                    "their cache did not spend (SPEC §26), by workflow, model "
+                                    "and kind: prompt or completion",
+                                    ["workflow", "model", "kind"], registry=r)
 
     def run_started(self, run: RunEvent) -> None:
         """A run's first execution counts as started (a resume or a wake does not)."""
@@ -77,17 +87,23 @@ class Metrics(RunObserver):
             self.step_seconds.labels(event.kind, event.status).observe(event.seconds)
         if event.usage:
             self.count_tokens(event.workflow, event.model, event.usage)
+        if event.cache == "hit":
+            self.cache_hits.labels(event.workflow, event.kind).inc()
+            self.count_tokens(event.workflow, event.model, event.saved_usage, self.tokens_saved)
+        elif event.cache == "miss":
+            self.cache_misses.labels(event.workflow, event.kind).inc()
 
     def count_tokens(self, workflow: str, model: str | None,
-                     usage: Mapping[str, int] | None) -> None:
+                     usage: Mapping[str, int] | None, counter: Counter | None = None) -> None:
         """Count the tokens a step spent (``usage``: ``prompt_tokens``,
-        ``completion_tokens``; ``None``: nothing to count). ``model``: ``unknown`` when
-        ``None``."""
+        ``completion_tokens``; ``None``: nothing to count) in ``counter`` (by default
+        ``brain_llm_tokens_total``). ``model``: ``unknown`` when ``None``."""
         if not usage:
             return
+        counter = self.llm_tokens if counter is None else counter
         for kind in TOKEN_KINDS:
             spent = usage.get(f"{kind}_tokens") or 0
-            self.llm_tokens.labels(workflow, model or "unknown", kind).inc(max(int(spent), 0))
+            counter.labels(workflow, model or "unknown", kind).inc(max(int(spent), 0))
 
     async def exposition(self, queued: Callable[[], Awaitable[int]],
                          waiting: Callable[[], Awaitable[list[tuple[str, str, int]]]] | None = None

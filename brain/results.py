@@ -128,6 +128,10 @@ class StepResult(BaseModel):
     #: The latest progress an MCP server reported for the step (SPEC §17): ``progress``,
     #: ``total`` and ``message`` as it sent them.
     progress: dict[str, Any] | None = None
+    #: Answered from the cache (SPEC §26): its output is an earlier run's, and it spent
+    #: nothing; ``saved_usage``: the tokens that run spent for it (an LLM step).
+    cached: bool = False
+    saved_usage: dict[str, int] | None = None
 
 
 #: A step as a watcher of changes compares it: kind, status, tries and its latest progress

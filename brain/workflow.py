@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from brain._errors import WorkflowDefinitionError
 from brain._secrets import declare_secret_names, remember
+from brain.dsl.cost import Limit
 from brain.dsl.fingerprint import WorkflowPrint, fingerprint, workflow_version
 from brain.dsl.model import WorkflowGraph, WorkflowSpec
 from brain.dsl.trace import trace_workflow
@@ -247,13 +248,15 @@ def workflow(fn: Callable[..., Any], /) -> Workflow: ...
 def workflow(*, name: str | None = None, triggers: Sequence[TriggerSpec] = (),
              description: str | None = None, max_concurrent_runs: int | None = None,
              concurrency_key: str | None = None, on_failure: Sequence[Workflow] = (),
-             mcp: bool = False) -> Callable[[Callable[..., Any]], Workflow]: ...
+             mcp: bool = False, limits: Mapping[str, Limit] | None = None
+             ) -> Callable[[Callable[..., Any]], Workflow]: ...
 
 
 def workflow(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
              triggers: Sequence[TriggerSpec] = (), description: str | None = None,
              max_concurrent_runs: int | None = None, concurrency_key: str | None = None,
-             on_failure: Sequence[Workflow] = (), mcp: bool = False) -> Any:
+             on_failure: Sequence[Workflow] = (), mcp: bool = False,
+             limits: Mapping[str, Limit] | None = None) -> Any:
     """Trace a plain function into a workflow, once, when it is decorated.
 
     >>> @workflow                                  # doctest: +SKIP
@@ -266,6 +269,10 @@ def workflow(fn: Callable[..., Any] | None = None, /, *, name: str | None = None
     ``max_concurrent_runs=N``: at most N runs execute at once (queued runs wait);
     with ``concurrency_key="{trigger.headers.x-repo}"`` the limit counts only runs whose
     key resolved to the same text when they were queued (SPEC §19).
+
+    ``limits={"openai": Limit(requests=60, tokens=90_000, per="1m")}``: rate limits its
+    steps name with ``limit="openai"`` (SPEC §26), shared by name with every workflow and
+    process using the same database (a module-level ``limit(...)`` declares one for all).
 
     ``on_failure=[other, ...]``: when a run finally fails, a run of each of these
     workflows is queued in the same transaction, with ``trigger.event ==
@@ -293,7 +300,7 @@ def workflow(fn: Callable[..., Any] | None = None, /, *, name: str | None = None
 
     def decorate(f: Callable[..., Any]) -> Workflow:
         spec = trace_workflow(f, name or f.__name__, list(triggers), description,
-                              max_concurrent_runs, concurrency_key, mcp=mcp)
+                              max_concurrent_runs, concurrency_key, mcp=mcp, limits=limits)
         # What this workflow declares secret is kept from every step of every workflow
         # in this process, and scrubbed from all that is stored.
         names, literals = spec.declared_secrets

@@ -204,7 +204,7 @@ def _run_commands(sub: Any) -> None:
 
 
 def _tool_commands(sub: Any) -> None:
-    """``mcp tools`` and ``db upgrade``."""
+    """``mcp tools``, ``cache clear`` and ``db upgrade``."""
     p = sub.add_parser("mcp", help="MCP servers")
     mcpsub = p.add_subparsers(dest="mcp_command", metavar="ACTION", parser_class=_Parser)
     t = mcpsub.add_parser("tools", help="list a server's tools and their input schemas",
@@ -226,6 +226,12 @@ def _tool_commands(sub: Any) -> None:
                                       "and executing their runs in BRAIN_DATABASE_URL.")
     m.add_argument("paths", nargs="*", metavar="PATH",
                    help="workflow files or folders (default: the current folder)")
+
+    p = sub.add_parser("cache", help="cached steps' entries (cache= on a step)")
+    cachesub = p.add_subparsers(dest="cache_command", metavar="ACTION", parser_class=_Parser)
+    c = cachesub.add_parser("clear", help="delete cached outputs: all, a workflow's, or a step's")
+    c.add_argument("--workflow", metavar="W", help="only this workflow's entries")
+    c.add_argument("--step", metavar="S", help="only this step's entries (with --workflow)")
 
     p = sub.add_parser("db", help="database schema")
     dbsub = p.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
@@ -317,6 +323,11 @@ def _main(argv: Sequence[str] | None) -> int:
         raise SystemExit(2)
     if args.command == "db" and args.db_command is None:
         parser.error("brain db needs an action: upgrade")
+    if args.command == "cache":
+        if args.cache_command is None:
+            parser.error("brain cache needs an action: clear")
+        if args.step is not None and args.workflow is None:
+            parser.error("--step needs --workflow (a step's name is its workflow's)")
     if args.command == "mcp":
         if args.mcp_command is None:
             parser.error("brain mcp needs an action: tools, serve")

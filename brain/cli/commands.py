@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from brain._errors import BrainError
 from brain.cli import parse_age, render, run_trigger, settle, show
 from brain.cli.checking import cmd_check
-from brain.cli.deciding import cmd_approve, cmd_signal
+from brain.cli.deciding import cmd_approve, cmd_cache, cmd_signal
 from brain.cli.follow import LinePrinter, cmd_logs
 from brain.cli.startup import only_reads, require_database
 from brain.cli.terminal import json_text
@@ -432,6 +432,6 @@ def cmd_serving(args: argparse.Namespace) -> int:
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "check": cmd_check, "graph": cmd_graph, "runs": cmd_runs, "show": cmd_show,
     "cancel": cmd_cancel, "retry": cmd_retry, "workers": cmd_workers, "prune": cmd_prune,
-    "db": cmd_db, "mcp": cmd_mcp, "logs": cmd_logs,
+    "db": cmd_db, "mcp": cmd_mcp, "logs": cmd_logs, "cache": cmd_cache,
     "serve": cmd_serving, "worker": cmd_serving, "approve": cmd_approve, "signal": cmd_signal,
 }

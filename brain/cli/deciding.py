@@ -1,8 +1,9 @@
-"""``brain approve`` and ``brain signal``: ending the waits of waiting steps (SPEC §16).
+"""``brain approve`` and ``brain signal``: ending the waits of waiting steps (SPEC §16);
+and ``brain cache clear`` (SPEC §26).
 
-Both write to the database (``BRAIN_DATABASE_URL``), committed before they say so; a
-serving process (``brain serve``, ``brain worker``) or the ``brain run`` waiting in the
-foreground continues the run.
+Each writes to the database (``BRAIN_DATABASE_URL``), committed before it says so; for the
+first two, a serving process (``brain serve``, ``brain worker``) or the ``brain run``
+waiting in the foreground continues the run.
 """
 
 from __future__ import annotations
@@ -48,4 +49,15 @@ def cmd_signal(args: argparse.Namespace) -> int:
         return 0
     for run_id, step in resumed:
         render.ok(f"step {step!r} of run {run_id} continues")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """``brain cache clear [--workflow W] [--step S]``: delete cached steps' entries."""
+    from brain.cli.commands import with_api
+
+    count = with_api(lambda api: api.clear_cache(args.workflow, args.step))
+    where = ("" if args.workflow is None else f" of workflow {args.workflow!r}"
+             if args.step is None else f" of step {args.step!r} of workflow {args.workflow!r}")
+    render.ok(f"cleared {render.plural(count, 'cached output')}{where}")
     return 0

@@ -60,8 +60,10 @@ def run_detail(r: RunResult) -> None:
         skipped = skip_reason(r, s)
         detail = (data(skipped, "dim") if skipped else data(s.error, "red") if s.error
                   else preview(s.output))
+        cached = " [cyan](cached)[/]" if s.cached else ""
         table.add_row(data(s.name), data(s.kind),
-                      f"[{STYLE.get(str(s.status), '')}]{s.status}[/]", str(s.tries), took, detail)
+                      f"[{STYLE.get(str(s.status), '')}]{s.status}[/]{cached}", str(s.tries), took,
+                      detail)
     print_table(table)
     for s in r.steps.values():
         if s.status in ("failed", "cancelled") and (s.output or s.stderr):
@@ -104,13 +106,17 @@ def usage_text(usage: Mapping[str, int]) -> str:
 
 
 def usage_and_progress(r: RunResult) -> None:
-    """Each step's tokens (an LLM step, SPEC §18) and latest progress (an MCP step, SPEC
-    §17), and the tokens the whole run spent (when any step spent some)."""
+    """Each step's tokens (an LLM step, SPEC §18), what a cached step saved (SPEC §26) and
+    its latest progress (an MCP step, SPEC §17), and the tokens the whole run spent (when
+    any step spent some)."""
     from brain.executors.steplog import progress_text
 
     for s in r.steps.values():
         if s.usage:
             out.print(line(data(s.name, "bold"), f": tokens {usage_text(s.usage)}"))
+        if s.cached:
+            saved = f": saved {usage_text(s.saved_usage)}" if s.saved_usage else ""
+            out.print(line(data(s.name, "bold"), f": answered from the cache{saved}"))
         if s.progress:
             out.print(line(data(s.name, "bold"), ": ", data(progress_text(s.progress))))
     total = r.usage_total()

@@ -12,6 +12,7 @@ from pydantic import BaseModel, SecretStr
 
 from brain import placeholders, shell_check
 from brain._errors import WorkflowDefinitionError
+from brain.dsl.cost import step_cost_options
 from brain.dsl.model import LlmStepSpec, SecretRef, ShellStepSpec
 from brain.dsl.nodes import StepNode, _Lazy
 from brain.dsl.tracing import Tracer, require_tracer
@@ -54,11 +55,14 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
           stdin: object = None, env: Mapping[str, object] | None = None, cwd: str | None = None,
           quote: bool = True, timeout_seconds: float | None = 60, retries: int = 0,
           retry_delay_seconds: float = 1.0, max_output_bytes: int | None = None,
-          after: Sequence[object] | None = None, when: object = None) -> StepNode:
+          after: Sequence[object] | None = None, when: object = None, cache: object = None,
+          limit: str | None = None) -> StepNode:
     """A shell step; its output is stdout without trailing newlines.
 
     ``command`` runs through ``/bin/sh -c`` with each placeholder's value
-    shell-quoted; ``argv`` runs with no shell at all.
+    shell-quoted; ``argv`` runs with no shell at all. ``cache="7d"`` (or
+    :class:`~brain.Cache`) reuses the output of an earlier identical run of the step;
+    ``limit="NAME"`` counts each try against a named rate limit (SPEC §26).
 
     >>> @workflow                                    # doctest: +SKIP
     ... def hello():
@@ -105,11 +109,12 @@ def shell(name: str, command: object = None, *, argv: Sequence[object] | None = 
     env_values = env_templates(tracer, name, env, refs)
     if cwd is not None and not isinstance(cwd, str):
         raise tracer.error(name, "cwd must be a string path")
+    cost = step_cost_options(tracer, name, cache, limit, refs)
     after_names = tracer.after_names(name, after)
     spec = ShellStepSpec(
         name=name, **tracer.placement(name, refs, after_names, when),
         command=cmd_text, argv=argv_items, stdin=stdin_text, env=env_values, cwd=cwd,
-        quote=quote, **opts)  # type: ignore[arg-type]
+        quote=quote, **opts, **cost)  # type: ignore[arg-type]
     return tracer.add(spec)
 
 
@@ -128,7 +133,8 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
         temperature: float = 0.7, max_tokens: int | None = None,
         timeout_seconds: float | None = 120, retries: int = 0, retry_delay_seconds: float = 1.0,
         max_output_bytes: int | None = None, after: Sequence[object] | None = None,
-        when: object = None, schema: type[BaseModel] | dict[str, Any] | None = None) -> StepNode:
+        when: object = None, schema: type[BaseModel] | dict[str, Any] | None = None,
+        cache: object = None, limit: str | None = None) -> StepNode:
     """An LLM step: ``POST {provider_url}/chat/completions`` on any OpenAI-compatible server.
 
     ``model``, ``provider_url`` and ``api_key`` fall back to ``LLM_MODEL``,
@@ -139,6 +145,10 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
     answer: it is sent as ``response_format``, the answer must be JSON valid against it
     (the model is asked once more if not), and the output is that JSON, compact. A
     ``@step`` parameter annotated with the model receives it parsed.
+
+    ``cache="7d"`` (or :class:`~brain.Cache`) answers an identical request from an
+    earlier answer instead of asking the model again; ``limit="NAME"`` waits for room
+    in a named rate limit, reserving ``max_tokens`` plus the prompt's estimate (SPEC §26).
 
     >>> summary = llm("summary", prompt=f"Two sentences: {notes}",    # doctest: +SKIP
     ...               model="ministral-3b", max_tokens=400)
@@ -172,12 +182,13 @@ def llm(name: str, prompt: object, *, system: object = None, model: str | None =
         raise tracer.error(name, f"max_tokens must be a whole number >= 1, not {max_tokens!r}")
     output_schema, schema_model, schema_name = (None, None, None) if schema is None \
         else _answer_schema(tracer, name, schema)
+    cost = step_cost_options(tracer, name, cache, limit, refs)
     after_names = tracer.after_names(name, after)
     spec = LlmStepSpec(
         name=name, **tracer.placement(name, refs, after_names, when), prompt=prompt_text, system=system_text,
         model=model_name, provider_url=url, api_key=key, temperature=float(temperature),
         max_tokens=max_tokens, output_schema=output_schema, schema_model=schema_model,
-        schema_name=schema_name, **opts)  # type: ignore[arg-type]
+        schema_name=schema_name, **opts, **cost)  # type: ignore[arg-type]
     return tracer.add(spec)
 
 

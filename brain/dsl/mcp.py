@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from brain import placeholders, shell_check
+from brain.dsl.cost import step_cost_options
 from brain.dsl.helpers import common_options, env_templates
 from brain.dsl.model import McpStepSpec, SecretRef
 from brain.dsl.nodes import StepNode, _Lazy
@@ -174,7 +175,7 @@ def mcp_tool(name: str, server_command: str | Sequence[str] | None = None,
              transport: str = "stdio", reuse: str = "step", timeout_seconds: float | None = 30,
              retries: int = 0, retry_delay_seconds: float = 1.0,
              max_output_bytes: int | None = None, after: Sequence[object] | None = None,
-             when: object = None) -> StepNode:
+             when: object = None, cache: object = None, limit: str | None = None) -> StepNode:
     """Call one tool on an MCP server: started on stdio for this step alone
     (``server_command``), or reached over HTTP (``url``, streamable HTTP, or legacy SSE
     with ``transport="sse"``).
@@ -184,7 +185,8 @@ def mcp_tool(name: str, server_command: str | Sequence[str] | None = None,
     string values of ``args`` are substituted; other values keep their types.
     ``url``, ``headers`` and ``bearer`` are literal text or ``secret()``, never
     substituted. ``reuse="run"`` shares one server (or session) between the
-    steps of a run that resolve to the same one.
+    steps of a run that resolve to the same one. ``cache=`` and ``limit=`` as for
+    ``llm()`` (SPEC §26).
 
     >>> notes = mcp_tool("recall", server_command="python -m memory_vault.mcp",  # doctest: +SKIP
     ...                  tool="recall", args={"query": trigger.body, "limit": 10})
@@ -222,8 +224,9 @@ def mcp_tool(name: str, server_command: str | Sequence[str] | None = None,
                                  f"placeholder")
     arg_values = _arguments(tracer, name, args, refs)
     env_values = env_templates(tracer, name, env, refs)
+    cost = step_cost_options(tracer, name, cache, limit, refs)
     after_names = tracer.after_names(name, after)
     spec = McpStepSpec(
         name=name, **tracer.placement(name, refs, after_names, when), **place, tool=tool,
-        args=arg_values, env=env_values, reuse=reuse, **opts)  # type: ignore[arg-type]
+        args=arg_values, env=env_values, reuse=reuse, **opts, **cost)  # type: ignore[arg-type]
     return tracer.add(spec)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from brain.dsl.cost import CacheSpec, Limit
 from brain.dsl.params import ParamsSpec
 from brain.dsl.triggers import TriggerSpec, WebhookTrigger
 
@@ -105,6 +106,9 @@ class StepSpec(_Frozen):
     retry_delay_seconds: float = 1.0
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     previous_refs: tuple[str, ...] = ()
+    #: ``cache=`` and ``limit=`` (SPEC §26), on the kinds that take them.
+    cache: CacheSpec | None = None
+    limit: str | None = None
 
 
 class ShellStepSpec(StepSpec):
@@ -166,7 +170,7 @@ def sensitive_header(name: str) -> bool:
 #: Step options added after the first release, at their defaults (left out of the hash).
 _LATER_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("url", None), ("headers", {}), ("bearer", None), ("transport", "stdio"),
-    ("reuse", "step"), ("output_schema", None))
+    ("reuse", "step"), ("output_schema", None), ("cache", None), ("limit", None))
 
 
 class McpStepSpec(StepSpec):
@@ -297,6 +301,9 @@ class WorkflowSpec(_Frozen):
     output_schema: dict[str, Any] | None = None
     output: Any = None
     params: ParamsSpec = Field(default_factory=ParamsSpec, exclude=True, repr=False)
+    #: The rate limits its steps use (SPEC §26), by name: its own ``limits=`` and the
+    #: module-level ``limit()`` declarations they name.
+    limits: dict[str, Limit] = Field(default_factory=dict)
 
     @property
     def graph(self) -> WorkflowGraph:

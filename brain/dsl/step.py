@@ -9,13 +9,14 @@ from typing import Any, TypeVar, overload
 
 import wrapt
 
+from brain.dsl.cost import step_cost_options
 from brain.dsl.helpers import common_options
 from brain.dsl.model import FunctionStepSpec
 from brain.dsl.tracing import current_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
 _OPTION_NAMES = ("name", "retries", "timeout_seconds", "retry_delay_seconds", "max_output_bytes", "after",
-                 "when")
+                 "when", "cache", "limit")
 
 
 def _call(options: dict[str, Any], wrapped: Callable[..., Any], instance: Any,
@@ -34,11 +35,12 @@ def _call(options: dict[str, Any], wrapped: Callable[..., Any], instance: Any,
                  for k, v in bound.arguments.items()}
     opts = common_options(tracer, name, options.get("timeout_seconds"), options.get("retries", 0),
                           options.get("retry_delay_seconds", 1.0), options.get("max_output_bytes"))
+    cost = step_cost_options(tracer, name, options.get("cache"), options.get("limit"), refs)
     after_names = tracer.after_names(name, options.get("after"))
     spec = FunctionStepSpec(
         name=name, **tracer.placement(name, refs, after_names, options.get("when")),
         function=f"{wrapped.__module__}.{wrapped.__qualname__}", arguments=arguments,
-        func=wrapped, **opts)  # type: ignore[arg-type]
+        func=wrapped, **opts, **cost)  # type: ignore[arg-type]
     return tracer.add(spec)
 
 
@@ -63,7 +65,8 @@ def step(fn: F, /) -> F: ...
 
 @overload
 def step(*, name: str | None = None, retries: int = 0, timeout_seconds: float | None = None,
-         retry_delay_seconds: float = 1.0, max_output_bytes: int | None = None) -> Callable[[F], F]: ...
+         retry_delay_seconds: float = 1.0, max_output_bytes: int | None = None,
+         cache: object = None, limit: str | None = None) -> Callable[[F], F]: ...
 
 
 def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
@@ -72,7 +75,9 @@ def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     Outside a workflow it is the function itself. Inside one, a call records
     a step named after the function and returns its output node; arguments
     that are step outputs arrive as text (parsed as JSON and validated when
-    the parameter is annotated with another type than ``str``).
+    the parameter is annotated with another type than ``str``). ``cache="7d"`` reuses
+    an earlier output for the same arguments and code; ``limit="NAME"`` counts each try
+    against a named rate limit (SPEC §26).
 
     >>> @step                                      # doctest: +SKIP
     ... def headline(text: str) -> str:

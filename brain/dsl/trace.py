@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from brain import placeholders
 from brain._errors import PlaceholderError, WorkflowDefinitionError
+from brain.dsl.cost import Limit, workflow_limits
 from brain.dsl.model import WorkflowSpec
 from brain.dsl.nodes import MISUSE, TriggerField
 from brain.dsl.output import output_template
@@ -89,7 +90,8 @@ def _check_trigger_params(where: str, params: ParamsSpec,
 
 def trace_workflow(fn: Callable[..., Any], name: str, triggers: Sequence[TriggerSpec],
                    description: str | None, max_concurrent_runs: int | None,
-                   concurrency_key: object = None, *, mcp: bool = False) -> WorkflowSpec:
+                   concurrency_key: object = None, *, mcp: bool = False,
+                   limits: Mapping[str, Limit] | None = None) -> WorkflowSpec:
     """Trace ``fn`` into the spec of workflow ``name``: its steps, their edges, its triggers.
 
     Every mistake is a :class:`WorkflowDefinitionError` naming the workflow.
@@ -132,6 +134,8 @@ def trace_workflow(fn: Callable[..., Any], name: str, triggers: Sequence[Trigger
     _check_trigger_identities(where, triggers)
     _check_trigger_params(where, params, triggers)
     output = output_template(returned, where, tracer.positions)
+    used_limits = workflow_limits(where, limits, [(s.name, s.limit) for s in tracer.steps
+                                                  if s.limit is not None])
     try:
         source = inspect.getsourcefile(fn)
     except TypeError:
@@ -142,4 +146,4 @@ def trace_workflow(fn: Callable[..., Any], name: str, triggers: Sequence[Trigger
                         mcp=mcp, source_file=os.path.abspath(source) if source else None,
                         groups=tuple(tracer.groups), params=params,
                         params_schema=params.schema, output_schema=params.output_schema,
-                        output=output)
+                        output=output, limits=used_limits)

@@ -52,6 +52,16 @@ class LlmDefaults:
                    env.get("LLM_API_KEY") or None)
 
 
+class RequestGate(Protocol):
+    """The rate limit a step's requests pass (SPEC §26), for an executor that makes more
+    than the one request the runner lets through before each try (an LLM step asking once
+    more)."""
+
+    async def enter(self, tokens: int = 0) -> None:
+        """Wait for room for one more request reserving ``tokens``, and take it."""
+        ...
+
+
 @dataclass(frozen=True)
 class StepContext:
     """What an executor may know about the run around it."""
@@ -72,6 +82,8 @@ class StepContext:
     log: StepLog | None = None
     #: The try's span (SPEC §25), when traces are on (see :mod:`brain.executors.traced`).
     trace: StepTrace | None = None
+    #: The step's rate limit (SPEC §26), when it has one.
+    gate: RequestGate | None = None
 
 
 @dataclass
@@ -90,6 +102,11 @@ class PreparedStep:
     #: store it too; ``output``: likewise, what it printed on its standard output so far.
     stderr: str | None = None
     output: str | None = None
+    #: The tokens a request of this step reserves in a rate limit (SPEC §26): an LLM
+    #: step's ``max_tokens`` plus its prompt's estimate.
+    reserve_tokens: int = 0
+    #: Whether its requests pass its rate limit: a mocked step's reach no provider.
+    limited: bool = True
 
 
 @dataclass(frozen=True)

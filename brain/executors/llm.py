@@ -208,7 +208,8 @@ class LlmExecutor:
         payload = {"url": url, "body": body, "headers": headers,
                    "limit": answer_limit(spec.max_output_bytes),
                    "values": structure_limit(spec.max_output_bytes)}
-        return PreparedStep(inputs=inputs, payload=payload, secrets=secrets)
+        return PreparedStep(inputs=inputs, payload=payload, secrets=secrets,
+                            reserve_tokens=reserved_tokens(body))
 
     async def execute(self, spec: LlmStepSpec, prepared: PreparedStep,
                       ctx: StepContext) -> StepOutput:
@@ -229,6 +230,8 @@ class LlmExecutor:
         if output is None:
             messages = [*body["messages"], {"role": "assistant", "content": content},
                         {"role": "user", "content": reask_text(reason)}]
+            if ctx.gate is not None:  # a second request: it passes the limit too
+                await ctx.gate.enter(reserved_tokens({**body, "messages": messages}))
             content = await self._ask(prepared.payload, {**body, "messages": messages}, ctx.log,
                                       ctx.trace)
             prepared.output = _kept(content, spec.max_output_bytes)
@@ -325,7 +328,8 @@ class LlmExecutor:
             error = _RefusedFormat if refuses_json_schema(body, status, text) else StepFailed
             raise error(f"HTTP {status} from {shown}: {_preview(text, cut=not whole)}",
                         retryable=retryable,
-                        retry_after=_retry_after(retry_after) if retryable else None)
+                        retry_after=_retry_after(retry_after) if retryable else None,
+                        throttled=status == 429)
         if not whole:
             raise StepFailed(f"the answer from {shown} is larger than {limit} bytes, more "
                              f"than an output of max_output_bytes ({output_bytes(limit)} "
@@ -337,6 +341,13 @@ class LlmExecutor:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def reserved_tokens(body: dict[str, Any]) -> int:
+    """What a request reserves in a tokens limit (SPEC §26): its ``max_tokens`` and an
+    estimate of its prompt, a token per four characters."""
+    chars = sum(len(m.get("content") or "") for m in body.get("messages", ()))
+    return int(body.get("max_tokens") or 0) + (chars + 3) // 4
 
 
 async def _checked(spec: LlmStepSpec, content: str,

@@ -23,6 +23,8 @@ from brain._secrets import scrub
 from brain.dsl.model import StepSpec
 from brain.executors.base import PreparedStep, StepContext, StepOutput
 from brain.results import StepStatus, WaitTimer, clean_text
+from brain.runner.caching import hit_mark
+from brain.runner.limits import spent_tokens
 from brain.runner.plan import Fail, Plan, Scope, Skip
 from brain.runner.record import Outcome, Recorder
 from brain.runner.texts import describe, internal_error, scrub_deep, stored_text, stored_text_apart
@@ -32,12 +34,15 @@ if TYPE_CHECKING:
 
     from brain.executors import Executor
     from brain.executors.waits import WaitRequest
+    from brain.runner.caching import StepCaches
     from brain.runner.children import ChildSteps
     from brain.runner.context import RunTracer
     from brain.runner.lease import Lease
+    from brain.runner.limits import RunLimits
     from brain.runner.logwriter import LogWriter
     from brain.runner.values import Values
     from brain.runner.waiting import WaitRoom
+    from brain.store.cache import CachedOutput
     from brain.store.interfaces import RecordStore
 
 log = logging.getLogger("brain.runner")
@@ -69,6 +74,9 @@ class StepRunner:
         self.children: ChildSteps | None = None
         #: Each try's span (SPEC §25), when traces are on.
         self.tracer = tracer
+        #: The workflow's rate limits and its steps' cache (SPEC §26), when it uses them.
+        self.limits: RunLimits | None = None
+        self.caches: StepCaches | None = None
 
     async def run(self, spec: StepSpec, scope: Scope | None = None) -> Outcome:
         """Run one step (or one instance of a block's step) to its final status."""
@@ -134,6 +142,13 @@ class StepRunner:
         if getattr(executor, "durable", False):
             return await self._wait(spec.name, prepared.payload["wait"], inputs, tries + 1,
                                     started)
+        cache_key = None
+        if spec.cache is not None and self.caches is not None:
+            look = await self.caches.look(spec, prepared, self.values.resolver(scope))
+            if look.entry is not None:
+                return await self._cached(spec.name, look.entry, inputs, prepared.secrets,
+                                          tries + 1, started)
+            cache_key = look.key
         mark = _RunningMark(self.recorder.store, self.recorder.run_id, spec.name, inputs,
                             tries + 1, started, self.recorder.owner)
         marked.append(mark)
@@ -142,10 +157,22 @@ class StepRunner:
         writer.log.secrets = list(prepared.secrets)
         try:
             return await self._tries(executor, spec, prepared,
-                                     _Try(tries, started, inputs, mark, writer))
+                                     _Try(tries, started, inputs, mark, writer, cache_key))
         finally:
             if not writer.closed:  # stored already, unless the step broke off
                 await asyncio.shield(writer.close())
+
+    async def _cached(self, name: str, entry: CachedOutput, inputs: dict[str, Any],
+                      secrets: list[str], tries: int, started: datetime) -> Outcome:
+        """A cache hit (SPEC §26): the step ends ``succeeded`` at once with the entry's
+        output, marked cached with the usage it saved."""
+        output = clean_text(stored_text(entry.output, secrets)) or ""
+        await self.recorder.finished(name, StepStatus.SUCCEEDED, tries=tries, inputs=inputs,
+                                     output=output, stderr=stored_text(entry.stderr, secrets),
+                                     started_at=started, seconds=0.0, cached=hit_mark(entry),
+                                     cache_outcome="hit")
+        self.plan.succeeded(name, output)
+        return Outcome(name, True)
 
     async def _wait(self, name: str, request: WaitRequest, inputs: dict[str, Any], tries: int,
                     started: datetime) -> Outcome:
@@ -181,13 +208,19 @@ class StepRunner:
     async def _tries(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
                      state: _Try) -> Outcome:
         """Try, and try again while the failure is worth it and ``retries`` allow."""
+        gate = (self.limits.gate(spec, state.writer.log)
+                if self.limits is not None and prepared.limited else None)
         ctx = replace(self.ctx, on_process=partial(self.lease.process_started, spec.name,
-                                                   state.records), log=state.writer.log)
+                                                   state.records), log=state.writer.log,
+                      gate=gate)
         secrets = prepared.secrets
         t0 = time.perf_counter()
         attempt = 0
         while True:
             attempt += 1
+            if gate is not None:  # room in its rate limit first, outside its timeout
+                await gate.enter(prepared.reserve_tokens)
+                spent = spent_tokens(state.writer.log.usage)
             state.tries += 1
             try:
                 result = await self._attempt(executor, spec, prepared, ctx, state.tries)
@@ -201,10 +234,19 @@ class StepRunner:
             finally:
                 self.lease.step_ended(spec.name)
             ended = utcnow()  # when the work ended, not when its record was written
+            if gate is not None:
+                usage = state.writer.log.usage
+                await gate.leave(None if usage is None else spent_tokens(usage) - spent)
+                if isinstance(result, StepFailed) and result.throttled and result.retry_after:
+                    await gate.pause(result.retry_after)
             if isinstance(result, StepOutput):
                 output = clean_text(await self._output(spec.name, result, state, secrets)) or ""
+                stderr = stored_text(result.stderr, secrets)
                 await self._finish(spec.name, StepStatus.SUCCEEDED, state, ended, t0,
-                                   output=output, stderr=stored_text(result.stderr, secrets))
+                                   output=output, stderr=stderr)
+                if state.cache_key is not None and self.caches is not None:
+                    await self._keep(spec, state.cache_key, output, stderr,
+                                     state.writer.log.usage)
                 self.plan.succeeded(spec.name, output)
                 return Outcome(spec.name, True)
             message = stored_text(result.message, secrets) or "failed"
@@ -221,6 +263,19 @@ class StepRunner:
                                output=clean_text(await self._output(spec.name, result, state,
                                                                     secrets)))
             return Outcome(spec.name, False, message)
+
+    async def _keep(self, spec: StepSpec, key: str, output: str, stderr: str | None,
+                    usage: dict[str, int] | None) -> None:
+        """Store a succeeded step's output in its cache; a cache that cannot be written
+        costs the next run a miss, not this run its step."""
+        assert self.caches is not None
+        try:
+            await self.caches.keep(spec, key, output, stderr, usage)
+        except (asyncio.CancelledError, LeaseLost):
+            raise
+        except Exception as exc:
+            log.warning("run %s: step %r: its output was not cached: %s", self.recorder.run_id,
+                        spec.name, internal_error(exc))
 
     async def _attempt(self, executor: Executor, spec: StepSpec, prepared: PreparedStep,
                        ctx: StepContext, tries: int) -> StepOutput | StepFailed:
@@ -259,6 +314,8 @@ class StepRunner:
         for task in state.records:
             await task
         state.records.clear()
+        if state.cache_key is not None:
+            fields["cache_outcome"] = "miss"
         await self.recorder.finished(name, status, tries=state.tries, ended_at=ended,
                                      seconds=time.perf_counter() - t0, inputs=state.inputs,
                                      started_at=state.started, usage=state.writer.log.usage,
@@ -270,8 +327,10 @@ class _Try:
     running mark, the records of the process groups it started and its log."""
 
     def __init__(self, tries: int, started: datetime, inputs: dict[str, Any],
-                 mark: _RunningMark, writer: LogWriter) -> None:
+                 mark: _RunningMark, writer: LogWriter, cache_key: str | None = None) -> None:
         self.tries = tries
+        #: The step's cache key (SPEC §26), when it has a cache and missed.
+        self.cache_key = cache_key
         self.started = started
         self.inputs = inputs
         self.mark = mark

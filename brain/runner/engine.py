@@ -26,11 +26,13 @@ from brain.executors import Executor, StepContext, default_executors
 from brain.results import RunStatus, TriggerData
 from brain.runner.attempt import StepRunner
 from brain.runner.blocks import expand_block, gather_block, run_instance_step
+from brain.runner.caching import StepCaches
 from brain.runner.children import ChildSteps, room_open
 from brain.runner.context import RunContext, context_for
 from brain.runner.ending import end_of, with_output, write_end
 from brain.runner.events import EventHandler, LogHandler
 from brain.runner.lease import Lease
+from brain.runner.limits import RunLimits, book_for
 from brain.runner.plan import Plan, Unit
 from brain.runner.queueing import failure_runs
 from brain.runner.record import Outcome, Recorder
@@ -93,6 +95,10 @@ class RunExecution:
                                 self.waits.waiting, tracer=self.context.tracer)
         self.steps.children = ChildSteps(store, run_id, owner, self.plan, self.recorder,
                                          self.room, self.context, loaded)
+        if wf.spec.limits:  # SPEC §26; nothing of it for a workflow without limits or caches
+            self.steps.limits = RunLimits(book_for(store), wf.spec.limits)
+        if any(s.cache is not None for s in wf.spec.steps):
+            self.steps.caches = StepCaches(store, wf, run_id)
         self.cancel_reason = "cancelled"
         #: When each block expanded in this execution (its own rows' start time).
         self._expanded: dict[str, datetime] = {}

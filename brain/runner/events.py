@@ -42,6 +42,10 @@ class StepEvent:
     usage: dict[str, int] | None = None
     model: str | None = None
     workflow: str = ""
+    #: A step with a cache (SPEC §26), at its end: ``hit`` (answered from the cache, having
+    #: saved ``saved_usage``) or ``miss`` (it ran).
+    cache: str | None = None
+    saved_usage: dict[str, int] | None = None
 
 
 EventHandler = Callable[[StepEvent], None]

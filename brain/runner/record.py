@@ -65,11 +65,12 @@ class Recorder:
 
     def emit(self, step: str, status: str, tries: int = 0, error: str | None = None,
              seconds: float | None = None, usage: dict[str, int] | None = None,
-             model: str | None = None) -> None:
+             model: str | None = None, cache: str | None = None,
+             saved_usage: dict[str, int] | None = None) -> None:
         """Tell the observer that ``step`` (or an instance of it) is now ``status``:
         ``running`` starts it, any other status ends a try (``retrying``) or the step."""
         event = StepEvent(self.run_id, step, self.kinds[base_name(step)], status, tries, error,
-                          seconds, usage, model, self.workflow)
+                          seconds, usage, model, self.workflow, cache, saved_usage)
         with contextlib.suppress(Exception):  # (an Observers fan-out never raises)
             if status == "running":
                 self.observer.step_started(event)
@@ -90,14 +91,17 @@ class Recorder:
 
     async def finished(self, name: str, status: StepStatus, *, tries: int,
                        ended_at: datetime | None = None, seconds: float | None = None,
-                       **fields: Any) -> None:
+                       cache_outcome: str | None = None, **fields: Any) -> None:
         """Write the final record of one step (``fields``: ``output``, ``error``,
-        ``inputs``, ``started_at``, ``stderr``), then emit it."""
+        ``inputs``, ``started_at``, ``stderr``, ``usage``, ``cached``), then emit it
+        (``cache_outcome``: ``hit`` or ``miss`` for a step with a cache, SPEC §26)."""
         await self.store.step_finished(self.run_id, name, status=status, tries=tries,
                                        ended_at=ended_at or utcnow(), owner=self.owner, **fields)
-        model = (fields.get("inputs") or {}).get("model") if fields.get("usage") else None
+        saved = (fields.get("cached") or {}).get("usage")
+        model = ((fields.get("inputs") or {}).get("model")
+                 if fields.get("usage") or saved else None)
         self.emit(name, str(status), tries, fields.get("error"), seconds, fields.get("usage"),
-                  model if isinstance(model, str) else None)
+                  model if isinstance(model, str) else None, cache_outcome, saved)
 
     async def ended(self, names: list[str], status: StepStatus, error: str | None = None, *,
                     emit: bool = True) -> None:

@@ -204,6 +204,9 @@ class StepDetail(Struct):
     progress: Annotated[dict[str, Any] | None, Meta(
         description="the latest progress an MCP server reported for the step (SPEC §17): "
                     "progress, total, message")] = None
+    cached: Annotated[bool, Meta(description="answered from its cache (SPEC §26)")] = False
+    saved_usage: Annotated[dict[str, int] | None, Meta(
+        description="the tokens a cached llm step did not spend")] = None
 
 
 class RunDetail(Struct):

@@ -350,6 +350,14 @@ class BrainApi:
         greater than ``after``, in order (one read's worth: ask again after the last)."""
         return await self._store.read_log(run_id, step, after=after)
 
+    async def clear_cache(self, workflow: str | None = None, step: str | None = None) -> int:
+        """Delete cached steps' entries (SPEC §26): every one, a workflow's, or one step's of
+        it; how many were deleted."""
+        if step is not None and workflow is None:
+            raise InvalidInput("a step's cache is cleared with its workflow: give the "
+                               "workflow too")
+        return await self._store.cache_clear(workflow, step)
+
     # --- the processes ---------------------------------------------------------------------
 
     async def workers(self) -> list[dict[str, Any]]:

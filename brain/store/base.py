@@ -16,6 +16,7 @@ from brain._secrets import scrub
 from brain.results import TriggerData
 from brain.store.interfaces import (
     ClaimStore,
+    CostStore,
     HousekeepingStore,
     OpenableStore,
     ReadStore,
@@ -24,7 +25,7 @@ from brain.store.interfaces import (
     WaitStore,
 )
 
-__all__ = ["ClaimStore", "HousekeepingStore", "OpenableStore", "QueuedRun", "ReadStore",
+__all__ = ["ClaimStore", "CostStore", "HousekeepingStore", "OpenableStore", "QueuedRun", "ReadStore",
            "RecordStore", "RunRecord", "RunStore", "StepProcess", "WaitStore", "stored_trigger"]
 
 

@@ -13,6 +13,7 @@ serves it:
 - :class:`WaitStore` — waits: what the runner reads of them, timers, decisions, signals;
 - :class:`ReadStore` — reading runs back: by id or prefix, in lists, logs, activity;
 - :class:`HousekeepingStore` — worker rows, pruning, the schema upgrade;
+- :class:`CostStore` — cached steps' entries and rate limits' uses (SPEC §26);
 - :class:`RunStore` — all of them (what ``wf.run(store=...)`` takes).
 """
 
@@ -23,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
+    from brain.dsl.cost import Limit as RateLimit
     from brain.results import (
         LogBatch,
         LogLine,
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         WaitTimer,
     )
     from brain.store.base import QueuedRun, RunRecord, StepProcess
+    from brain.store.cache import CachedOutput
     from brain.store.children import ChildRun
     from brain.store.queue import Limit
 
@@ -112,8 +115,10 @@ class RecordStore(Protocol):
                             inputs: dict[str, Any] | None = None,
                             started_at: datetime | None = None,
                             owner: str | None = None,
-                            usage: dict[str, int] | None = None) -> None:
-        """Record a step's end (``usage``: an LLM step's tokens)."""
+                            usage: dict[str, int] | None = None,
+                            cached: dict[str, Any] | None = None) -> None:
+        """Record a step's end (``usage``: an LLM step's tokens; ``cached``: a cache hit's
+        saved usage and source)."""
         ...
 
     async def step_process(self, run_id: str, process: StepProcess, *,
@@ -413,7 +418,42 @@ class HousekeepingStore(Protocol):
 
 
 @runtime_checkable
+class CostStore(Protocol):
+    """LLM cost (SPEC §26): cached steps' entries and the uses of named rate limits, shared
+    by every process on the database."""
+
+    async def cache_get(self, key: str) -> CachedOutput | None:
+        """The unexpired entry under ``key``, or ``None``."""
+        ...
+
+    async def cache_put(self, key: str, *, workflow: str, step: str, kind: str,
+                        output: str | None, stderr: str | None,
+                        usage: dict[str, int] | None, run_id: str | None,
+                        expire_seconds: float) -> None:
+        """Store a succeeded step's output under ``key`` for ``expire_seconds``."""
+        ...
+
+    async def cache_clear(self, workflow: str | None = None, step: str | None = None) -> int:
+        """Delete entries (of a workflow, of its step); how many."""
+        ...
+
+    async def limit_take(self, name: str, limit: RateLimit, tokens: int, hold: float
+                         ) -> tuple[str | None, float]:
+        """Room for one request in limit ``name``: ``(use id, 0)`` or ``(None, wait)``."""
+        ...
+
+    async def limit_settle(self, uses: Sequence[str], per: float,
+                           tokens: Sequence[int | None]) -> None:
+        """The requests of ``uses`` were answered (with the tokens each spent)."""
+        ...
+
+    async def limit_pause(self, name: str, seconds: float) -> None:
+        """Let no request of limit ``name`` out for ``seconds``, in every process."""
+        ...
+
+
+@runtime_checkable
 class RunStore(OpenableStore, RecordStore, ClaimStore, WaitStore, ReadStore, HousekeepingStore,
-               Protocol):
+               CostStore, Protocol):
     """Every interface at once: what a workflow run given ``store=`` may use. A consumer
     that needs less is typed with the narrower one."""

@@ -21,7 +21,7 @@ RUN_COLUMNS = ("id", "workflow", "definition_hash", "status", "trigger_event", "
                "step_prints", "version", "continued_on", "trace_context")
 STEP_COLUMNS = ("run_id", "name", "position", "kind", "status", "tries", "inputs", "output",
                 "error", "stderr", "started_at", "ended_at", "waiting_for", "decision", "usage",
-                "progress")
+                "progress", "cached")
 FINISHED = "('succeeded', 'failed', 'cancelled')"
 
 
@@ -123,7 +123,8 @@ STEP_RUNNING = ("UPDATE brain_steps SET status = 'running', inputs = :inputs, tr
 STEP_PROCESS = ("UPDATE brain_steps SET process_group = :pgid, process_started = :pstarted, "
                 "process_machine = :machine" + _STEP)
 _FINISHED = ("UPDATE brain_steps SET status = :status, tries = :tries, ended_at = :ended_at, "
-             "output = :output, error = :error, stderr = :stderr, usage = :usage")
+             "output = :output, error = :error, stderr = :stderr, usage = :usage, "
+             "cached = :cached")
 
 
 def step_finished(*, inputs: bool, started_at: bool) -> str:
@@ -139,7 +140,7 @@ END_RUNNING_STEPS = ("UPDATE brain_steps SET status = 'cancelled', ended_at = :n
 END_PENDING_STEPS = ("UPDATE brain_steps SET status = :pending, ended_at = :now, "
                      "error = :pending_error WHERE run_id = :run_id AND status = 'pending'")
 RESET_STEPS = ("UPDATE brain_steps SET status = 'pending', ended_at = NULL, output = NULL, "
-               "error = NULL, usage = NULL, progress = NULL")
+               "error = NULL, usage = NULL, progress = NULL, cached = NULL")
 STEPS_OF_RUN = f"SELECT {', '.join(STEP_COLUMNS)} FROM brain_steps WHERE run_id = :run_id"
 STEPS_IN_ORDER = STEPS_OF_RUN + " ORDER BY position"
 #: A retry's checks, in its transaction: the original run (``LOCK_ROW`` added on PostgreSQL,
@@ -336,3 +337,33 @@ UNFINISHED_CHILDREN = (f"SELECT id FROM brain_runs WHERE parent_run_id = :run_id
 UNFINISHED_CHILDREN_OF_STEP = UNFINISHED_CHILDREN + " AND parent_step = :step"
 CHILDREN_OF = ("SELECT id, workflow, status, parent_step, parent_try, created_at FROM brain_runs "
                "WHERE parent_run_id = :run_id ORDER BY created_at")
+
+
+# --- LLM cost: rate limits and cached steps (SPEC §26) ----------------------------------------
+# ``:clock`` is replaced by the store with "now" in epoch seconds (the server's clock on
+# PostgreSQL, a parameter on SQLite).
+
+LIMIT_ROW = ("INSERT INTO brain_limits (name, paused_until) VALUES (:name, 0) "
+             "ON CONFLICT (name) DO NOTHING")
+LIMIT_LOCK = "SELECT paused_until, :clock AS now FROM brain_limits WHERE name = :name"
+LIMIT_EXPIRED = "DELETE FROM brain_limit_uses WHERE name = :name AND counts_until <= :now"
+LIMIT_USES = ("SELECT counts_until AS until, requests, tokens FROM brain_limit_uses "
+              "WHERE name = :name")
+LIMIT_USE = ("INSERT INTO brain_limit_uses (id, name, requests, tokens, counts_until) "
+             "VALUES (:id, :name, :requests, :tokens, :until)")
+LIMIT_SETTLE = ("UPDATE brain_limit_uses SET counts_until = :clock + :per, "
+                "tokens = COALESCE(:tokens, tokens) WHERE id = :id")
+LIMIT_PAUSE = ("INSERT INTO brain_limits (name, paused_until) VALUES (:name, :clock + :seconds) "
+               "ON CONFLICT (name) DO UPDATE SET paused_until = CASE WHEN "
+               "brain_limits.paused_until > excluded.paused_until THEN brain_limits.paused_until "
+               "ELSE excluded.paused_until END")
+
+CACHE_COLUMNS = ("cache_key", "workflow", "step", "kind", "output", "stderr", "usage", "run_id",
+                 "created_at", "expires_at")
+CACHE_GET = ("SELECT output, stderr, usage, run_id, created_at FROM brain_cache "
+             "WHERE cache_key = :cache_key AND expires_at > :now")
+CACHE_PUT = (_insert("brain_cache", CACHE_COLUMNS) + " ON CONFLICT (cache_key) DO UPDATE SET "
+             + ", ".join(f"{c} = excluded.{c}" for c in CACHE_COLUMNS if c != "cache_key"))
+CACHE_EXPIRED = ("DELETE FROM brain_cache WHERE workflow = :workflow AND step = :step "
+                 "AND expires_at <= :now")
+CACHE_CLEAR = "DELETE FROM brain_cache"

@@ -181,6 +181,15 @@ def _json(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
+def _cached(text: str | None) -> dict[str, Any]:
+    """A cache hit's mark (SPEC §26) as the step's ``cached`` and ``saved_usage``."""
+    found = _json(text)
+    if not isinstance(found, dict):
+        return {}
+    saved = found.get("usage")
+    return {"cached": True, "saved_usage": saved if isinstance(saved, dict) else None}
+
+
 def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
     """A run row and its step rows as the result callers get (steps in call order)."""
     steps = {
@@ -190,7 +199,7 @@ def run_result(row: Row, step_rows: Sequence[Row]) -> RunResult:
                               stderr=s["stderr"], started_at=s["started_at"],
                               ended_at=s["ended_at"], waiting_for=_json(s.get("waiting_for")),
                               decision=_json(s.get("decision")), usage=_json(s.get("usage")),
-                              progress=_json(s.get("progress")))
+                              progress=_json(s.get("progress")), **_cached(s.get("cached")))
         for s in sorted(step_rows, key=lambda s: step_order(s["name"], s["position"]))}
     return RunResult(run_id=row["id"], workflow=row["workflow"], status=RunStatus(row["status"]),
                      error=row["error"], trigger=trigger_of(row), created_at=row["created_at"],

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 #: The Alembic revision this code expects; a test checks it is the migrations' head.
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0016"
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _SQLITE_HEADER = b"SQLite format 3\x00"

@@ -56,8 +56,11 @@ class StepRecords(UsesBackend):
                             error: str | None = None, stderr: str | None = None,
                             inputs: dict[str, Any] | None = None,
                             started_at: datetime | None = None, owner: str | None = None,
-                            usage: dict[str, int] | None = None) -> None:
-        """Record a step's end; committed before this returns.
+                            usage: dict[str, int] | None = None,
+                            cached: dict[str, Any] | None = None) -> None:
+        """Record a step's end; committed before this returns. ``cached``: the step was
+        answered from the cache (SPEC §26): the usage it saved and where the entry came
+        from.
 
         ``inputs`` and ``started_at``, when given, are written too (a quick step
         is recorded once, finished, without a ``running`` write first). Text
@@ -72,7 +75,8 @@ class StepRecords(UsesBackend):
             "ended_at": ended_at, "output": clean_text(output), "error": clean_text(error),
             "stderr": clean_text(stderr), "owner": owner, "started_at": started_at,
             "inputs": None if inputs is None else json.dumps(inputs),
-            "usage": None if usage is None else json.dumps(usage)})
+            "usage": None if usage is None else json.dumps(usage),
+            "cached": None if cached is None else json.dumps(cached)})
         check_lease(written.rowcount, owner)
 
     async def step_output(self, run_id: str, name: str, *, output: str | None,

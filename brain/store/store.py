@@ -11,7 +11,9 @@ no other module writes SQL. ``Store`` is assembled from one part per concern
 - :mod:`brain.store.reading` — reading runs back;
 - :mod:`brain.store.queue` — the queue and schedule-fire claims;
 - :mod:`brain.store.housekeeping` — worker rows and pruning;
-- :mod:`brain.store.children` — child runs: queued by a step, ending its wait.
+- :mod:`brain.store.children` — child runs: queued by a step, ending its wait;
+- :mod:`brain.store.cache` — cached steps' outputs (SPEC §26);
+- :mod:`brain.store.limits` — named rate limits' windows (SPEC §26).
 
 Each part runs the SQL of :mod:`brain.store.queries` on the store's backend
 (:mod:`brain.store.backend`), chosen by the URL when the store opens:
@@ -30,9 +32,11 @@ from brain._clock import utcnow
 from brain._errors import StoreError
 from brain._secrets import remember
 from brain.store.backend import Backend
+from brain.store.cache import StepCache
 from brain.store.children import ChildRuns
 from brain.store.errors import database_problem, short
 from brain.store.housekeeping import Housekeeping
+from brain.store.limits import RateLimits
 from brain.store.logs import StepLogs
 from brain.store.queue import RunQueue
 from brain.store.reading import RunReading
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 
     from brain.store.interfaces import (
         ClaimStore,
+        CostStore,
         HousekeepingStore,
         OpenableStore,
         ReadStore,
@@ -58,7 +63,7 @@ __all__ = ["Store", "database_problem", "default_url", "redact_url", "utcnow"]
 
 
 class Store(RunLifecycle, StepRecords, StepLogs, StepWaits, RunReading, RunQueue, Housekeeping,
-            ChildRuns):
+            ChildRuns, StepCache, RateLimits):
     """Where runs are recorded. ``Store()`` uses ``BRAIN_DATABASE_URL``.
 
     >>> async with Store("sqlite+aiosqlite:///runs.db") as store:   # doctest: +SKIP
@@ -166,6 +171,6 @@ async def _open_backend(url: str, shown_url: str, check_schema: bool) -> Backend
 if TYPE_CHECKING:
     def _has_every_interface(store: Store) -> tuple[OpenableStore, RecordStore, ClaimStore,
                                                     WaitStore, ReadStore, HousekeepingStore,
-                                                    RunStore]:
+                                                    CostStore, RunStore]:
         """Never called: mypy checks here that ``Store`` has each interface."""
-        return store, store, store, store, store, store, store
+        return store, store, store, store, store, store, store, store

@@ -26,7 +26,8 @@ from sqlalchemy.types import TypeDecorator
 
 from brain.store.schema import SCHEMA_REVISION
 
-__all__ = ["SCHEMA_REVISION", "fires", "metadata", "runs", "step_logs", "steps", "timers", "workers"]
+__all__ = ["SCHEMA_REVISION", "cache", "fires", "limit_uses", "limits", "metadata", "runs",
+           "step_logs", "steps", "timers", "workers"]
 
 metadata = MetaData()
 
@@ -160,6 +161,9 @@ steps = Table(
     # An LLM step's token usage and an MCP step's latest progress (JSON, SPEC §17, §18).
     Column("usage", StoredText),
     Column("progress", StoredText),
+    # A step answered from the cache (SPEC §26): JSON, the usage it saved and where the
+    # entry came from; NULL for a step that ran.
+    Column("cached", StoredText),
     Index("ix_brain_steps_wait_signal", "wait_signal"),
 )
 
@@ -203,4 +207,40 @@ workers = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("heartbeat_at", UTCDateTime, nullable=False),
     Column("executing", Integer, nullable=False),
+)
+
+# Cached steps' outputs (SPEC §26), by a digest of what the step does and what it was given
+# (never the inputs themselves): one row per key, served until ``expires_at``.
+cache = Table(
+    "brain_cache", metadata,
+    Column("cache_key", String(64), primary_key=True),
+    Column("workflow", String(200), nullable=False),
+    Column("step", String(200), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("output", StoredText),
+    Column("stderr", StoredText),
+    Column("usage", StoredText),
+    Column("run_id", String(32)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index("ix_brain_cache_step", "workflow", "step"),
+)
+
+# Named rate limits (SPEC §26): a row per limit (locked by each take; ``paused_until``: a
+# provider's Retry-After, epoch seconds) and a row per use in its window, counted until
+# ``counts_until`` (epoch seconds).
+limits = Table(
+    "brain_limits", metadata,
+    Column("name", String(200), primary_key=True),
+    Column("paused_until", Float, nullable=False),
+)
+
+limit_uses = Table(
+    "brain_limit_uses", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("requests", Integer, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("counts_until", Float, nullable=False),
+    Index("ix_brain_limit_uses_name", "name", "counts_until"),
 )

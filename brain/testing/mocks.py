@@ -87,7 +87,9 @@ class _MockingExecutor:
         is_mocked = self.mocking.mock_for(spec.name, spec.kind) is not None
         if not is_mocked and self.mocking.strict and spec.kind not in WAIT_KINDS:
             raise _not_mocked(spec)
-        return self.real.prepare(spec, resolve, mocked=is_mocked)
+        prepared = self.real.prepare(spec, resolve, mocked=is_mocked)
+        prepared.limited = not is_mocked  # a mock reaches no provider: no rate limit to wait for
+        return prepared
 
     async def execute(self, spec: Any, prepared: PreparedStep, ctx: StepContext) -> StepOutput:
         mock = self.mocking.mock_for(spec.name, spec.kind)

@@ -18,6 +18,7 @@ import pytest
 from brain.store import Store
 from brain.store.interfaces import (
     ClaimStore,
+    CostStore,
     HousekeepingStore,
     OpenableStore,
     ReadStore,
@@ -28,7 +29,8 @@ from brain.store.interfaces import (
 from brain.store.urls import MEMORY_URL
 
 BRAIN = Path(__file__).resolve().parents[2] / "brain"
-NARROW = (OpenableStore, RecordStore, ClaimStore, WaitStore, ReadStore, HousekeepingStore)
+NARROW = (OpenableStore, RecordStore, ClaimStore, WaitStore, ReadStore, HousekeepingStore,
+          CostStore)
 #: What a store has beyond its interfaces: its database, for tools and tests.
 TOOLS = {"db", "dialect", "engine"}
 

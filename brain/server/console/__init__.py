@@ -146,6 +146,7 @@ async def run_page(request: Request[Any, Any, Any], brain: NamedDependency[Servi
                   kept=lambda name: kept_step(run, run.steps[name]),
                   tokens=usage.total_tokens(run.steps.values()),
                   step_tokens=lambda name: usage.tokens(run.steps[name]),
+                  saved_tokens=lambda name: usage.saved(run.steps[name]),
                   progress=lambda name: usage.progress(run.steps[name]),
                   param_text=lambda v: v if isinstance(v, str) else json.dumps(
                       v, ensure_ascii=False),

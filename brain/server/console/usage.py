@@ -49,6 +49,14 @@ def tokens(step: StepResult) -> Tokens | None:
     return Tokens(_count(step.usage, "prompt_tokens"), _count(step.usage, "completion_tokens"))
 
 
+def saved(step: StepResult) -> Tokens | None:
+    """The tokens a step answered from the cache saved (SPEC §26), or ``None``."""
+    if not step.cached or not step.saved_usage:
+        return None
+    return Tokens(_count(step.saved_usage, "prompt_tokens"),
+                  _count(step.saved_usage, "completion_tokens"))
+
+
 def total_tokens(steps: Iterable[StepResult]) -> Tokens | None:
     """The tokens all of ``steps`` spent, or ``None`` when none has usage."""
     spent = [t for t in map(tokens, steps) if t is not None]
