@@ -160,6 +160,9 @@ async def test_steps_waiting_since_before_the_upgrade_match_only_keys_known_whol
                            "depth", "step_prints", "version", "continued_on",
                            "trace_context"):
                 await conn.execute(text(f"ALTER TABLE brain_runs DROP COLUMN {column}"))
+            await conn.execute(text("ALTER TABLE brain_steps DROP COLUMN cached"))
+            for table in ("brain_cache", "brain_limits", "brain_limit_uses"):
+                await conn.execute(text(f"DROP TABLE {table}"))
             await conn.execute(text("UPDATE alembic_version SET version_num = '0010'"))
         url = store.url
         await store.close()
