@@ -33,9 +33,6 @@ HOOK_SECRET = "atk34-hook-secret-8c1d5e"
 CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
 
-@pytest.mark.xfail(strict=True, reason="the MCP server side does not continue a client's trace: "
-                   "a tools/call carrying traceparent in params._meta (or as an HTTP header) "
-                   "starts its run in a new trace (api.start is given no trace context)")
 def test_an_mcp_call_continues_the_clients_trace(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
