@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import upgraded_schema
 
 from brain._owners import this_machine
 from brain.results import RunStatus, StepStatus, TriggerData
@@ -68,13 +67,12 @@ def contract_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The database URL the test's ``store`` param names: a SQLite file in ``tmp_path``,
     or a fresh PostgreSQL database at the current schema.
 
-    A fixture of its own, and synchronous, because ``fresh_pg_url`` makes its database
+    A fixture of its own, and synchronous, because ``schema_pg_url`` makes its database
     with ``asyncio.run`` (which cannot run inside the test's event loop)."""
     kind = request.node.callspec.params["store"]
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'contract.db'}"
-    url: str = request.getfixturevalue("fresh_pg_url")
-    asyncio.run(upgraded_schema(url))
+    url: str = request.getfixturevalue("schema_pg_url")
     return url
 
 
