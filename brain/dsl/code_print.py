@@ -57,10 +57,8 @@ def code_digest(obj: Callable[..., Any] | type) -> str:
         if nxt is None or nxt is inner:
             break
         inner = nxt
-    if isinstance(inner, type):
-        module = inner.__module__
-    else:
-        module = getattr(inner, "__globals__", {}).get("__name__", getattr(inner, "__module__", None))
+    module: str | None = inner.__module__ if isinstance(inner, type) else \
+        getattr(inner, "__globals__", {}).get("__name__", getattr(inner, "__module__", None))
     return _Walk(module).digest(obj)
 
 
@@ -102,7 +100,7 @@ class _Walk:
         wrapped = getattr(obj, "__wrapped__", None)
         inner = self.ref(wrapped) if wrapped is not None and wrapped is not obj else None
         if isinstance(obj, types.FunctionType) and self.ours(obj):
-            return self.function(obj) + [inner]
+            return [*self.function(obj), inner]
         if isinstance(obj, type) and self.ours(obj):
             return self.klass(obj)
         code = getattr(obj, "__code__", None)
