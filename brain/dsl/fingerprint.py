@@ -11,10 +11,10 @@ prompt, options, ``@step`` code...), so two fingerprints that differ also say wh
     >>> what_changed(old, new)
     'command changed'
 
-A ``@step``'s ``code`` aspect covers its function's code object (bytecode, constants, nested
-code, names, defaults) and the code of the functions and classes of its own module that it
-calls, found by name through its globals, transitively. It misses code in other modules,
-the values of globals, the files a step reads and its environment.
+A ``@step``'s ``code`` aspect is :func:`brain.dsl.code_print.code_digest` of its function
+(its code, and the code of its module it may run); an ``llm`` step's ``schema=`` model adds
+its class's (``schema_code``, shown as ``schema``). ``cache=`` and ``limit=`` are left out:
+they say how a step's output is reused or paced, not what the step does (SPEC §26).
 
 Stable across processes and between ``import flows`` and ``brain worker``'s file loader: no
 module name, file path, line number or object address goes into a digest.
@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from brain.dsl.code_print import code_digest
 
 if TYPE_CHECKING:
     from brain.dsl.model import StepSpec, WorkflowSpec
@@ -36,9 +37,12 @@ if TYPE_CHECKING:
 #: Fields that place a step rather than say what it does (its upstream is kept apart).
 _PLACEMENT = frozenset({"name", "position", "upstream", "refs", "group", "instance",
                         "previous_refs"})
+#: Options that say how a step's output is reused or paced, not what the step does (SPEC
+#: §26): changing them lets a waiting run go on (the cache key has its own rules).
+_NOT_WHAT_IT_DOES = frozenset({"cache", "limit"})
 #: The word an aspect is shown as in "... changed", where it is not the field's own name.
 _SHOWN = {"server_command": "server", "when": "condition", "output_schema": "schema",
-          "for_each": "for_each list"}
+          "schema_code": "schema", "for_each": "for_each list"}
 _DIGEST_CHARS = 12
 #: Why a pending step of a run ends skipped once the run went on without it.
 REMOVED = "removed from the workflow"
@@ -113,7 +117,7 @@ def what_changed(old: StepPrint | None, new: StepPrint | None) -> str | None:
     aspects = sorted({k for k in {*old.aspects, *new.aspects}
                       if old.aspects.get(k) != new.aspects.get(k)})
     if aspects:
-        return ", ".join(_SHOWN.get(a, a) for a in aspects) + " changed"
+        return ", ".join(dict.fromkeys(_SHOWN.get(a, a) for a in aspects)) + " changed"
     if old.upstream != new.upstream:
         return "upstream changed"
     return None
@@ -136,14 +140,18 @@ def fingerprint(spec: WorkflowSpec) -> WorkflowPrint:
 def _aspects(step: StepSpec) -> dict[str, Any]:
     """The values of what a step does, by aspect: its fields set to other than their
     defaults (so options added in later releases leave older fingerprints alone)."""
-    from brain.dsl.model import FunctionStepSpec, McpStepSpec, sensitive_header
+    from brain.dsl.model import FunctionStepSpec, LlmStepSpec, McpStepSpec, sensitive_header
 
     data = step.model_dump(mode="json", exclude_defaults=True)
-    found = {k: v for k, v in data.items() if k not in _PLACEMENT and k != "kind"}
+    found = {k: v for k, v in data.items()
+             if k not in _PLACEMENT and k not in _NOT_WHAT_IT_DOES and k != "kind"}
     if isinstance(step, FunctionStepSpec):
         # the module differs between `import flows` and the file loader: the qualified name
         found["function"] = getattr(step.func, "__qualname__", step.function)
         found["code"] = code_digest(step.func)
+    if isinstance(step, LlmStepSpec) and step.schema_model is not None:
+        # the JSON Schema (output_schema) misses the model's validators and methods
+        found["schema_code"] = code_digest(step.schema_model)
     if isinstance(step, McpStepSpec) and "headers" in found:
         # a rotated token is no change of what the step does (and no digest of it is kept)
         found["headers"] = {k: "***" if sensitive_header(k) else v
@@ -154,95 +162,6 @@ def _aspects(step: StepSpec) -> dict[str, Any]:
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
-
-
-# --- @step code --------------------------------------------------------------------------
-
-
-def code_digest(func: Callable[..., Any]) -> str:
-    """A digest of ``func``'s code and of the code of the functions and classes of its
-    module that it calls, found by name in its globals, transitively (cycles included)."""
-    func = _unwrap(func)
-    module = getattr(func, "__module__", None)
-    parts: dict[str, Any] = {}
-    todo: list[tuple[str, Any]] = [("", func)]
-    seen: set[int] = set()
-    while todo:
-        key, obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, type):
-            for attr, member in sorted(vars(obj).items()):
-                for fn in _functions_of(member):
-                    todo.append((f"{key}.{attr}", fn))
-            continue
-        code = getattr(obj, "__code__", None)
-        if not isinstance(code, types.CodeType):
-            continue
-        parts[key] = [_code(code, getattr(obj, "__doc__", None)),
-                      _const(getattr(obj, "__defaults__", None)),
-                      _const(tuple(sorted((getattr(obj, "__kwdefaults__", None) or {}).items())))]
-        found = getattr(obj, "__globals__", {})
-        for name in sorted(_names(code)):
-            called = _unwrap(found.get(name))
-            if callable(called) and getattr(called, "__module__", None) == module \
-                    and id(called) not in seen:
-                todo.append((name, called))
-    return _digest(sorted(parts.items()))
-
-
-def _unwrap(obj: Any) -> Any:
-    """A ``@step`` (or other wrapper) stands for the function it wraps."""
-    for _ in range(10):
-        inner = getattr(obj, "__wrapped__", None)
-        if inner is None or inner is obj:
-            break
-        obj = inner
-    return obj
-
-
-def _functions_of(member: Any) -> Iterator[Any]:
-    """The functions a class attribute holds (a method, static or class method, property)."""
-    if isinstance(member, (staticmethod, classmethod)):
-        yield member.__func__
-    elif isinstance(member, property):
-        yield from (f for f in (member.fget, member.fset, member.fdel) if f is not None)
-    elif isinstance(member, types.FunctionType) or isinstance(member, type):
-        yield member
-
-
-def _names(code: types.CodeType) -> set[str]:
-    """The global and attribute names ``code`` and the code nested in it use."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
-
-
-def _code(code: types.CodeType, doc: str | None = None) -> list[Any]:
-    consts = list(code.co_consts)
-    if doc is not None and consts and consts[0] == doc:
-        consts = consts[1:]  # a docstring is no change of what the step does
-    return [code.co_code.hex(), [_const(c) for c in consts], list(code.co_names),
-            code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
-            code.co_flags]
-
-
-def _const(value: Any) -> Any:
-    """A constant as stable data: nested code by its own parts, sets sorted, any other
-    object by its type (never a repr with an address)."""
-    if isinstance(value, types.CodeType):
-        return ["code", _code(value)]
-    if isinstance(value, (tuple, list)):
-        return [type(value).__name__, [_const(v) for v in value]]
-    if isinstance(value, (frozenset, set)):
-        return ["set", sorted(json.dumps(_const(v), sort_keys=True) for v in value)]
-    if value is None or isinstance(value, (str, int, float, bool, bytes, complex)) \
-            or value is Ellipsis:
-        return repr(value)
-    return f"<{type(value).__qualname__}>"
 
 
 # --- the workflow's version --------------------------------------------------------------

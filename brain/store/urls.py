@@ -11,7 +11,7 @@ import os
 import re
 import sqlite3
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 DEFAULT_URL = "sqlite+aiosqlite:///brain.db"
 #: A new SQLite database in memory, private to the store that opens it and gone when it
@@ -94,19 +94,37 @@ def missing_database(url: str) -> str | None:
     if (driver_name(url) or "").split("+")[0] != "sqlite":
         return None
     target = sqlite_file(url)
-    if target.uri or target.memory:
+    path = _uri_path(target.filename) if target.uri else target.filename
+    if path is None or path == ":memory:":
         return None
     where = "BRAIN_DATABASE_URL" if os.environ.get("BRAIN_DATABASE_URL") else \
         "the default: brain.db in the current folder; BRAIN_DATABASE_URL names another"
-    if not os.path.lexists(target.filename):
-        folder = os.path.dirname(target.filename)
+    # exists(), not lexists(): a dangling symlink names no database, and opening it would
+    # create the file it points to
+    if not os.path.exists(path):
+        folder = os.path.dirname(path)
         missing = "" if os.path.isdir(folder) else f"; the folder {folder} does not exist"
-        return (f"no database at {target.filename} ({where}{missing}): nothing to read, and "
+        return (f"no database at {path} ({where}{missing}): nothing to read, and "
                 f"nothing was created")
-    if _holds_no_tables(target.filename):
-        return (f"{target.filename} holds no Brain database yet ({where}): nothing to read, "
+    if _holds_no_tables(path):
+        return (f"{path} holds no Brain database yet ({where}): nothing to read, "
                 f"and nothing was created")
     return None
+
+
+def _uri_path(filename: str) -> str | None:
+    """The file a SQLite URI filename (``file:PATH?...``, as SQLite reads it with ``uri``
+    on) names, absolute; ``":memory:"`` for an in-memory one; ``None`` when it cannot be
+    told (a ``vfs=`` or a remote authority: left to the store's own open)."""
+    if not filename.startswith("file:"):
+        return os.path.abspath(filename)  # SQLite takes a name without file: as a path
+    parts = urlsplit(filename)
+    options = dict(parse_qsl(parts.query))
+    if options.get("mode") == "memory" or parts.path == ":memory:" or not parts.path:
+        return ":memory:"
+    if "vfs" in options or parts.netloc not in ("", "localhost"):
+        return None
+    return os.path.abspath(unquote(parts.path))
 
 
 def _holds_no_tables(path: str) -> bool:

@@ -30,8 +30,6 @@ def test_a_missing_plain_sqlite_file_is_not_created(tmp_path: Path, brain_cmd: l
     assert not (tmp_path / "new.db").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="missing_database() treats every URI-form SQLite URL "
-                   "as present, so brain check opens (creates) the database file and its tables")
 @pytest.mark.parametrize("args", [("check", "flows.py"), ("runs", "--stale", "flows.py")],
                          ids=["check", "runs-stale"])
 def test_a_missing_sqlite_uri_database_is_not_created(tmp_path: Path, brain_cmd: list[str],
@@ -41,8 +39,6 @@ def test_a_missing_sqlite_uri_database_is_not_created(tmp_path: Path, brain_cmd:
     assert not (tmp_path / "new.db").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="missing_database() checks os.path.lexists, so a "
-                   "dangling symlink counts as a database and brain check creates its target")
 @pytest.mark.parametrize("args", [("check", "flows.py"), ("runs", "--stale", "flows.py")],
                          ids=["check", "runs-stale"])
 def test_a_dangling_symlink_database_is_not_created(tmp_path: Path, brain_cmd: list[str],

@@ -5,6 +5,8 @@ functions, renaming a local, an unrelated function edited — must not fail its 
 Some do: a docstring of a function nested in the step, an edit to an unrelated module
 function that merely shares its name with a method the step calls on some object, and a
 formatter splitting a one-line ``except ...: pass`` or ``with ...: pass``.
+All fixed: the code is compared by its ``dis`` instructions, without NOPs, docstrings
+or attribute names taken for globals (brain/dsl/code_print.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ S = "@step\ndef s(n: int) -> int:\n    return n + 1\n"
 
 #: key -> (file before, file after, why it fails the run when it does)
 EDITS: dict[str, tuple[str, str, str | None]] = {
-    # --- no alarm today (regression tests) ---
+    # --- no alarm before issue 33 either (regression tests) ---
     "comment": (S, "# a comment\n" + S.replace("n + 1", "n + 1  # plus one"), None),
     "docstring_reworded": (
         S.replace(":\n    return", ':\n    """Adds one."""\n    return'),
@@ -45,45 +47,40 @@ EDITS: dict[str, tuple[str, str, str | None]] = {
         "    return (sum(x) if x\n            else 0)\n",
         "@step\ndef s(n: int) -> int:\n    x = [n, 1]\n    return sum(x) if x else 0\n",
         None),
-    # --- false alarms today ---
+    # --- false alarms the attack found (fixed: markers removed) ---
     "docstring_added": (
         S, S.replace(":\n    return", ':\n    """Adds one."""\n    return'),
-        "adding a docstring to a @step that had none fails its waiting run: the code's first "
-        "constant goes from None to the docstring, and only a docstring is dropped (_code)"),
+        None),
     "method_docstring_added": (
         "class C:\n    def f(self, x):\n        return x + 1\n"
         "@step\ndef s(n: int) -> int:\n    return C().f(n)\n",
         "class C:\n    def f(self, x):\n        \"\"\"Adds one.\"\"\"\n        return x + 1\n"
         "@step\ndef s(n: int) -> int:\n    return C().f(n)\n",
-        "adding a docstring to a same-module method a step calls fails its waiting run "
-        "(the None constant it replaces is hashed)"),
+        None),
     "nested_docstring": (
         "@step\ndef s(n: int) -> int:\n    def inner(x):\n        \"\"\"Old words.\"\"\"\n"
         "        return x + 1\n    return inner(n)\n",
         "@step\ndef s(n: int) -> int:\n    def inner(x):\n        \"\"\"New words.\"\"\"\n"
         "        return x + 1\n    return inner(n)\n",
-        "the docstring of a function nested in a @step is hashed as code (_const -> _code "
-        "without the doc), so rewording it fails the waiting run"),
+        None),
     "same_named_unrelated_function": (
         "def split(path):\n    return path.split('/')\n"
-        "@step\ndef s(n: int) -> int:\n    return len('a b'.split()) + n\n",
+        "@step\ndef s(n: int) -> int:\n    return len('a b'.split()) + n - 1\n",
         "def split(path):\n    return path.rsplit('/', 1)\n"
-        "@step\ndef s(n: int) -> int:\n    return len('a b'.split()) + n\n",
-        "every attribute name in a step's code (str.split here) is looked up in the module's "
-        "globals, so editing an unrelated module function of the same name fails the run"),
+        "@step\ndef s(n: int) -> int:\n    return len('a b'.split()) + n - 1\n",
+        None),
     "one_line_except": (
         "@step\ndef s(n: int) -> int:\n    try: n = int(n)\n    except ValueError: pass\n"
         "    return n + 1\n",
         "@step\ndef s(n: int) -> int:\n    try:\n        n = int(n)\n    except ValueError:\n"
         "        pass\n    return n + 1\n",
-        "a formatter splitting a one-line try/except adds a NOP to the bytecode (line "
-        "events), which the fingerprint counts as a code change"),
+        None),
     "one_line_with": (
         "import contextlib\n@step\ndef s(n: int) -> int:\n"
         "    with contextlib.suppress(KeyError): pass\n    return n + 1\n",
         "import contextlib\n@step\ndef s(n: int) -> int:\n"
         "    with contextlib.suppress(KeyError):\n        pass\n    return n + 1\n",
-        "a formatter splitting a one-line `with ...: pass` adds a NOP to the bytecode"),
+        None),
 }
 
 

@@ -166,3 +166,89 @@ def test_one_file_has_one_fingerprint_in_every_process_and_loader(batch: list) -
         out = subprocess.run([sys.executable, "-c", _PRINT_IN_ANOTHER_PROCESS, folder, *names],
                              capture_output=True, text=True, env=env, check=True).stdout
         assert json.loads(out) == loaded
+
+
+COST_FLOW = '''
+    from brain import Cache, llm, shell, step, workflow
+
+
+    @step(cache="7d", limit="openai")
+    def tidy(text: str) -> str:
+        return text.strip()
+
+
+    @workflow(limits={"openai": Limit(requests=60, per="1m"), "other": Limit(requests=5, per="1m")})
+    def flow():
+        fetched = shell("fetch", command="echo hi", cache="1d")
+        tidy(fetched)
+        llm("summary", prompt="Sum up {fetch}", model="m1", cache=Cache(expire="7d"),
+            limit="openai")
+'''.replace("from brain import Cache", "from brain import Cache, Limit")
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ('@step(cache="7d", limit="openai")', '@step(cache="30d", limit="other")'),
+    ('@step(cache="7d", limit="openai")', "@step"),
+    ('cache="1d")', ")"),
+    ('cache=Cache(expire="7d"),\n            limit="openai")',
+     'cache=Cache(expire="1h", key=["{fetch}"]))'),
+])
+def test_cache_and_limit_options_are_no_change_of_what_a_step_does(
+        tmp_path: Path, old: str, new: str) -> None:
+    """SPEC §26's options say how an output is reused or paced: a waiting run goes on after
+    they change (the cache key keeps its own rules: tests/runner/test_cache.py)."""
+    from brain.runner.caching import step_fingerprint
+
+    assert old in COST_FLOW
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    one = load_file(write_source(tmp_path / "a", "flows.py", COST_FLOW))["flow"]
+    other = load_file(write_source(tmp_path / "b", "flows.py", COST_FLOW.replace(old, new)))["flow"]
+    assert one.fingerprint.text == other.fingerprint.text
+    for name in ("fetch", "tidy", "summary"):
+        assert step_fingerprint(one, name) == step_fingerprint(other, name)
+
+
+SCHEMA_FLOW = '''
+    from pydantic import BaseModel, field_validator
+
+    from brain import llm, workflow
+
+
+    def clean(text):
+        return text.strip()
+
+
+    class Answer(BaseModel):
+        """The answer."""
+
+        title: str
+        score: int = 0
+
+        @field_validator("title")
+        @classmethod
+        def tidy(cls, value: str) -> str:
+            return clean(value)
+
+
+    @workflow
+    def flow():
+        llm("review", prompt="Review", model="m1", schema=Answer)
+'''
+
+
+@pytest.mark.parametrize(("old", "new", "what"), [
+    ("return clean(value)", "return clean(value).upper()", "schema changed"),
+    ("return text.strip()", "return text.lower()", "schema changed"),  # a helper it calls
+    ("score: int = 0", "score: float = 0", "schema changed"),
+    # its docstring is the schema's description, sent with the request: a change
+    ('"""The answer."""', '"""What the model answers."""', "schema changed"),
+    ("score: int = 0\n", "score: int = 0  # a comment\n", None),
+    ("def clean(text):", "def unrelated():\n        return 1\n\n\n    def clean(text):", None),
+])
+def test_an_llm_schema_models_code_is_in_its_fingerprint(tmp_path: Path, old: str, new: str,
+                                                        what: str | None) -> None:
+    assert old in SCHEMA_FLOW
+    before = prints_of(tmp_path / "a", SCHEMA_FLOW)
+    after = prints_of(tmp_path / "b", SCHEMA_FLOW.replace(old, new))
+    assert what_changed(before.steps["review"], after.steps["review"]) == what
