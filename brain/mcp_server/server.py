@@ -113,6 +113,7 @@ class BrainMcp:
         """A ``tools/call``: a workflow's tool starts (or, on a later round, goes on
         following) a run; ``brain_run`` reads one."""
         api = self._api()
+        tools.check_json(params.name, params.arguments)
         if params.name == tools.RUN_TOOL:
             run_id, wait = tools.run_arguments(params.arguments)
             try:
