@@ -120,17 +120,20 @@ class BrainMcp:
                 full = await api.full_id(run_id)
             except RunNotFound as exc:
                 raise MCPError(INVALID_PARAMS, str(exc)) from None
-            return await self._follow(ctx, api, full, typed=True, wait=wait, cancels=False)
+            pending = approvals.Pending.from_state(params.request_state or "")
+            if pending is not None and pending.run_id != full:
+                raise MCPError(INVALID_PARAMS, "requestState is about another run")
+            return await self._follow(ctx, api, full, typed=True, wait=wait, cancels=False,
+                                      asked=await _answer(api, params, pending))
         wf = self._offered().get(params.name)
         if wf is None:
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}")
         typed = wf.output_schema is not None
         pending = approvals.Pending.from_state(params.request_state or "")
         if pending is not None:  # a later round: the answer to what the last one asked
-            answer = (params.input_responses or {}).get(pending.step)
-            outcome = await approvals.record(api, pending.run_id, pending.step, answer)
             return await self._follow(ctx, api, pending.run_id, typed=typed,
-                                      wait=self.wait_seconds, asked={pending.step: outcome})
+                                      wait=self.wait_seconds,
+                                      asked=await _answer(api, params, pending))
         try:
             valid = wf.validate_params(params.arguments or {})
             trigger = TriggerData(event="mcp", headers={"mcp-tool": wf.name})
@@ -229,6 +232,17 @@ class BrainMcp:
                             "cancelled", params.request_id, len(runs))
             return
         await _cancel_shielded(self._api(), runs[0])
+
+
+async def _answer(api: BrainApi, params: CallToolRequestParams,
+                  pending: approvals.Pending | None) -> dict[str, str] | None:
+    """On a later round (2026-07-28 era), record the client's answer to what the last round
+    asked (the approval ``pending`` names, sealed in ``requestState``): what happened, by
+    step, for the call to go on from; ``None`` on a first round."""
+    if pending is None:
+        return None
+    answer = (params.input_responses or {}).get(pending.step)
+    return {pending.step: await approvals.record(api, pending.run_id, pending.step, answer)}
 
 
 async def _cancel_shielded(api: BrainApi, run_id: str) -> None:
