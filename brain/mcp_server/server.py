@@ -45,6 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from brain._errors import RunNotFound, WorkflowInputError
 from brain._version import __version__
 from brain.mcp_server import answers, approvals, tools
+from brain.mcp_server.errors import Scrubbed, scrubbing_errors
 from brain.results import FINISHED_RUN, RunResult, StepStatus, TriggerData
 from brain.store.queue import QueueFull
 
@@ -91,6 +92,10 @@ class BrainMcp:
                                           description="Workflows of The Brain as tools",
                                           on_list_tools=self.list_tools,
                                           on_call_tool=self.call_tool)
+        # The SDK's default middleware (its OpenTelemetry spans) sees only scrubbed tool
+        # names, request ids and errors (:mod:`.errors`); the client gets errors scrubbed too.
+        self.server.middleware[:] = [Scrubbed(m) for m in self.server.middleware]
+        self.server.middleware.append(scrubbing_errors)
         security = RequestStateSecurity(keys=[key], ttl=STATE_TTL_SECONDS)
         self.server.middleware.append(RequestStateBoundary(security,
                                                            default_audience=SERVER_NAME))
