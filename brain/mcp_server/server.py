@@ -10,10 +10,13 @@ and calls again; any serving process takes the answer), on a connection with a b
 (stdio) as an ``elicitation/create`` request. Otherwise the answer says what the run waits
 for and where a person decides.
 
-Cancelling: in the 2026-07-28 era a client cancels by closing the call's stream, and the
-handler is cancelled: the run is cancelled with it (not when the server itself stops). In
-the handshake era a client sends ``notifications/cancelled``: the run of the call it names
-is cancelled (:meth:`BrainMcp.cancelled`).
+Cancelling: a call whose handler the SDK cancels for its client cancels its run (not when
+the server itself stops): in the 2026-07-28 era over HTTP the client closes the call's
+stream; on a connection (stdio) the client sends ``notifications/cancelled``, which the
+SDK matches to that connection's own request. Over stateless HTTP a handshake-era
+``notifications/cancelled`` arrives as a request of its own, with nothing that ties it to
+the client that made the call (every client numbers its requests from 0 or 1, and they
+share the bearer token): it cancels nothing, rather than another client's run.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
-    CancelledNotificationParams,
     InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
@@ -43,6 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from brain._errors import RunNotFound, WorkflowInputError
 from brain._version import __version__
 from brain.mcp_server import answers, approvals, tools
+from brain.mcp_server.errors import Scrubbed, scrubbing_errors
 from brain.results import FINISHED_RUN, RunResult, StepStatus, TriggerData
 from brain.store.queue import QueueFull
 
@@ -56,9 +59,6 @@ log = logging.getLogger("brain.mcp")
 SERVER_NAME = "the-brain"
 #: How long a sealed ``requestState`` stays good: a person may take a while to decide.
 STATE_TTL_SECONDS = 7 * 24 * 3600.0
-#: How long a handshake-era call cancelled by its client stays findable by the
-#: ``notifications/cancelled`` that cancelled it (which arrives just after).
-_CANCEL_GRACE_SECONDS = 5.0
 
 #: Where a person can see a run, for a call (``None`` when nothing serves pages).
 ConsoleLink = Callable[[ServerRequestContext[Any, Any], str], "str | None"]
@@ -88,14 +88,14 @@ class BrainMcp:
         self._console = console
         #: Set when the server stops: a call cancelled then leaves its run alone.
         self.closing = False
-        #: Handshake-era calls in flight, by request id: the runs they follow.
-        self._in_flight: dict[str, list[str]] = {}
         self.server: Server[Any] = Server(SERVER_NAME, version=__version__, title="The Brain",
                                           description="Workflows of The Brain as tools",
                                           on_list_tools=self.list_tools,
                                           on_call_tool=self.call_tool)
-        self.server.add_notification_handler("notifications/cancelled",
-                                             CancelledNotificationParams, self.cancelled)
+        # The SDK's default middleware (its OpenTelemetry spans) sees only scrubbed tool
+        # names, request ids and errors (:mod:`.errors`); the client gets errors scrubbed too.
+        self.server.middleware[:] = [Scrubbed(m) for m in self.server.middleware]
+        self.server.middleware.append(scrubbing_errors)
         security = RequestStateSecurity(keys=[key], ttl=STATE_TTL_SECONDS)
         self.server.middleware.append(RequestStateBoundary(security,
                                                            default_audience=SERVER_NAME))
@@ -113,23 +113,27 @@ class BrainMcp:
         """A ``tools/call``: a workflow's tool starts (or, on a later round, goes on
         following) a run; ``brain_run`` reads one."""
         api = self._api()
+        tools.check_json(params.name, params.arguments)
         if params.name == tools.RUN_TOOL:
             run_id, wait = tools.run_arguments(params.arguments)
             try:
                 full = await api.full_id(run_id)
             except RunNotFound as exc:
                 raise MCPError(INVALID_PARAMS, str(exc)) from None
-            return await self._follow(ctx, api, full, typed=True, wait=wait, cancels=False)
+            pending = approvals.Pending.from_state(params.request_state or "")
+            if pending is not None and pending.run_id != full:
+                raise MCPError(INVALID_PARAMS, "requestState is about another run")
+            return await self._follow(ctx, api, full, typed=True, wait=wait, cancels=False,
+                                      asked=await _answer(api, params, pending))
         wf = self._offered().get(params.name)
         if wf is None:
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}")
         typed = wf.output_schema is not None
         pending = approvals.Pending.from_state(params.request_state or "")
         if pending is not None:  # a later round: the answer to what the last one asked
-            answer = (params.input_responses or {}).get(pending.step)
-            outcome = await approvals.record(api, pending.run_id, pending.step, answer)
             return await self._follow(ctx, api, pending.run_id, typed=typed,
-                                      wait=self.wait_seconds, asked={pending.step: outcome})
+                                      wait=self.wait_seconds,
+                                      asked=await _answer(api, params, pending))
         try:
             valid = wf.validate_params(params.arguments or {})
             trigger = TriggerData(event="mcp", headers={"mcp-tool": wf.name})
@@ -151,9 +155,6 @@ class BrainMcp:
         approvals asked, the answer when it ends or when the time is up."""
         asked = dict(asked or {})
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        key = None if modern or ctx.request_id is None else str(ctx.request_id)
-        if key is not None and cancels:
-            self._in_flight.setdefault(key, []).append(run_id)
         reported = -1
         last: RunResult | None = None
         try:
@@ -191,43 +192,27 @@ class BrainMcp:
                     assert last is not None
                     return self._going(ctx, last, _note(asked))
         except asyncio.CancelledError:
-            if cancels and modern and not self.closing:  # the client closed the call
+            # The SDK cancels a handler for its client only (its stream closed, or its
+            # notifications/cancelled on this connection); the server stopping sets closing.
+            if cancels and not self.closing:
                 await _cancel_shielded(api, run_id)
-            if key is not None and cancels:  # notifications/cancelled arrives just after
-                asyncio.get_running_loop().call_later(_CANCEL_GRACE_SECONDS, self._forget,
-                                                      key, run_id)
-                key = None
             raise
-        finally:
-            if key is not None and cancels:
-                self._forget(key, run_id)
 
     def _going(self, ctx: ServerRequestContext[Any, Any], run: RunResult,
                note: str | None) -> CallToolResult:
         console = self._console(ctx, run.run_id) if self._console is not None else None
         return answers.going_on(run, console=console, note=note)
 
-    def _forget(self, key: str, run_id: str) -> None:
-        runs = self._in_flight.get(key)
-        if runs is not None and run_id in runs:
-            runs.remove(run_id)
-            if not runs:
-                del self._in_flight[key]
 
-    async def cancelled(self, ctx: ServerRequestContext[Any, Any],
-                        params: CancelledNotificationParams) -> None:
-        """A handshake-era client's ``notifications/cancelled``: cancel the run of the call
-        it names, when exactly one call in flight here has that request id (two clients may
-        use one id; then nothing is cancelled rather than the wrong run)."""
-        if params.request_id is None:
-            return
-        runs = self._in_flight.get(str(params.request_id), [])
-        if len(runs) != 1:
-            if runs:
-                log.warning("notifications/cancelled for request %s matches %d calls; none "
-                            "cancelled", params.request_id, len(runs))
-            return
-        await _cancel_shielded(self._api(), runs[0])
+async def _answer(api: BrainApi, params: CallToolRequestParams,
+                  pending: approvals.Pending | None) -> dict[str, str] | None:
+    """On a later round (2026-07-28 era), record the client's answer to what the last round
+    asked (the approval ``pending`` names, sealed in ``requestState``): what happened, by
+    step, for the call to go on from; ``None`` on a first round."""
+    if pending is None:
+        return None
+    answer = (params.input_responses or {}).get(pending.step)
+    return {pending.step: await approvals.record(api, pending.run_id, pending.step, answer)}
 
 
 async def _cancel_shielded(api: BrainApi, run_id: str) -> None:

@@ -19,6 +19,7 @@ from mcp_types import INVALID_PARAMS, Tool, ToolAnnotations
 
 from brain._errors import WorkflowInputError
 from brain.results import RunStatus
+from brain.service.json_limits import value_problem
 
 if TYPE_CHECKING:
     from brain.workflow import Workflow
@@ -103,6 +104,19 @@ def invalid_arguments(tool: str, exc: WorkflowInputError) -> MCPError:
                "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))} for e in exc.errors]
     return MCPError(INVALID_PARAMS, f"invalid arguments for {tool}: {exc}",
                     data={"errors": errors})
+
+
+def check_json(tool: str, arguments: Mapping[str, Any] | None) -> None:
+    """The protocol error for arguments the API would refuse as JSON (SPEC §7's rules,
+    :mod:`brain.service.json_limits`: no ``NaN``/``Infinity``, no absurd numbers, no deep
+    nesting, no lone surrogates), naming the field; nothing when they pass."""
+    found = value_problem(dict(arguments or {}))
+    if found is None:
+        return
+    where, problem = found
+    field = ".".join(str(p) for p in where) or "arguments"
+    raise MCPError(INVALID_PARAMS, f"invalid arguments for {tool}: {field}: {problem}",
+                   data={"errors": [{"loc": list(where), "msg": problem, "type": "json_refused"}]})
 
 
 def _parts(loc: object) -> tuple[object, ...]:

@@ -8,8 +8,9 @@ rules before Litestar converts it into the handler's ``data`` type:
 
 * :func:`json_only` (a guard): ``application/json`` only, so a page of another origin
   must preflight (no "simple" ``text/plain`` or form POST); an empty body needs no type.
-* :func:`parse_json`: UTF-8, valid JSON, no ``NaN``/``Infinity``, numbers of at most
-  100 characters, at most 100 levels, no lone surrogates.
+* :func:`parse_json`: UTF-8, valid JSON, and the rules of :mod:`brain.service.json_limits`
+  (which the MCP server applies too): no ``NaN``/``Infinity``, numbers of at most 100
+  characters, at most 100 levels, no lone surrogates.
 * :func:`check_fields`: the value is an object with only the body type's fields, each of
   the right type, refused with messages that name the field.
 
@@ -19,9 +20,7 @@ Each refusal is a 400 (415 for the type) whose ``detail`` says what was wrong.
 from __future__ import annotations
 
 import json
-import math
 import typing
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -30,9 +29,13 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
 from litestar.handlers.base import BaseRouteHandler
 
-# Limits on request JSON: deeper or longer than any real payload, far below what costs.
-MAX_JSON_DEPTH = 100
-MAX_JSON_NUMBER_CHARS = 100
+from brain.service.json_limits import (
+    MAX_JSON_DEPTH,
+    JsonRefused,
+    parse_number,
+    refuse_constant,
+    value_problem,
+)
 
 
 class JsonApiRequest(Request[Any, Any, Any]):
@@ -75,27 +78,6 @@ async def json_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRoute
                                                 f"Content-Type: application/json (got {shown})")
 
 
-class _JsonRefused(ValueError):
-    """Valid-looking JSON that the API will not take (NaN, huge numbers, ...)."""
-
-
-def _json_number(kind: str) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        if len(text) > MAX_JSON_NUMBER_CHARS:
-            raise _JsonRefused(f"a number with {len(text)} characters is too long (at most "
-                               f"{MAX_JSON_NUMBER_CHARS}); send it as a string")
-        value = int(text) if kind == "int" else float(text)
-        if kind == "float" and not math.isfinite(value):
-            raise _JsonRefused(f"the number {text} is out of range; send it as a string")
-        return value
-
-    return parse
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _JsonRefused(f"{name} is not JSON; send null or a string instead")
-
-
 def parse_json(raw: bytes) -> Any:
     """The JSON value of a request body, or a 400 whose ``detail`` says what is wrong.
 
@@ -109,40 +91,20 @@ def parse_json(raw: bytes) -> Any:
         raise HTTPException(status_code=400, detail=f"the request body is not UTF-8 text "
                                                     f"(byte {exc.start})") from None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_json_number("int"),
-                           parse_float=_json_number("float"))
+        value = json.loads(text, parse_constant=refuse_constant, parse_int=parse_number(int),
+                           parse_float=parse_number(float))
     except RecursionError:
         raise HTTPException(status_code=400, detail=f"the request body is nested too deeply "
                                                     f"(at most {MAX_JSON_DEPTH} levels)") from None
-    except _JsonRefused as exc:
+    except JsonRefused as exc:
         raise HTTPException(status_code=400, detail=f"the request body is refused: {exc}") from None
     except ValueError as exc:  # json.JSONDecodeError is a ValueError
         raise HTTPException(status_code=400,
                             detail=f"the request body is not valid JSON: {exc}") from None
-    problem = _json_problem(value)
-    if problem:
-        raise HTTPException(status_code=400, detail=f"the request body is refused: {problem}")
+    found = value_problem(value)
+    if found:
+        raise HTTPException(status_code=400, detail=f"the request body is refused: {found[1]}")
     return value
-
-
-def _json_problem(value: Any) -> str | None:
-    """Too deep, or a string that is not valid Unicode; walked without recursion."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"it is nested more than {MAX_JSON_DEPTH} levels deep"
-        if isinstance(item, dict):
-            stack.extend((k, depth) for k in item)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return r"a string holds a lone surrogate (such as \ud800), which is not text"
-    return None
 
 
 #: How a wrong value of a field is worded, by the field's type.

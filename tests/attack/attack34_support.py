@@ -5,6 +5,7 @@ raw JSON-RPC over ``/mcp`` (no SDK client: what an attacker sends)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -67,7 +68,9 @@ def sse_messages(text: str) -> list[dict[str, Any]]:
     text = text.strip()
     if text.startswith("{"):
         return [json.loads(text)]
-    return [json.loads(line[5:].strip()) for line in text.splitlines()
+    # SSE ends lines at CR, LF or CRLF only (str.splitlines would also cut at U+0085,
+    # U+2028..., which JSON text may hold as is).
+    return [json.loads(line[5:].strip()) for line in re.split(r"\r\n|\r|\n", text)
             if line.startswith("data:") and line[5:].strip()]
 
 

@@ -64,9 +64,6 @@ def _raw_call(arguments_json: str) -> str:
             '"arguments":' + arguments_json + "}}")
 
 
-@pytest.mark.xfail(strict=True, reason="/mcp takes what the API refuses as not JSON or absurd "
-                   "(NaN, Infinity, 1e999, a 401-digit integer): a run is created and its "
-                   "step gets nan/inf (the stored params say null) or the huge number")
 @pytest.mark.parametrize(("field", "value"), [("x", "NaN"), ("x", "Infinity"),
                                               ("x", "-Infinity"), ("x", "1e999"),
                                               ("n", "1" + "0" * 400)])
@@ -84,6 +81,9 @@ def test_numbers_the_api_refuses_are_refused_and_start_nothing(
     answer = call(served.client, "numbers", None, raw=_raw_call(arguments))
     message = answer_of(answer.text) if answer.status_code == 200 else {"error": answer.text}
     assert "error" in message, message
+    if answer.status_code == 200:  # fixed: -32602 naming the field
+        assert message["error"]["code"] == -32602
+        assert f"{field}:" in message["error"]["message"], message
     assert run_count(served.client) == before
 
 

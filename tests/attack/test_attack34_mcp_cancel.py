@@ -82,9 +82,6 @@ def _cancel_notification(served: Served, request_id: int) -> None:
     assert answer.status_code in (200, 202), answer.text
 
 
-@pytest.mark.xfail(strict=True, reason="a handshake-era notifications/cancelled is matched by "
-                   "request id alone across all clients: client B cancelling its own request 1 "
-                   "(already answered, or never sent) cancels client A's run of request 1")
 def test_another_clients_cancel_with_the_same_request_id_leaves_my_run_alone(
         served: Served) -> None:
     assert served.client is not None

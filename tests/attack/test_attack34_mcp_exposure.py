@@ -201,10 +201,6 @@ def _answering(approve: bool, asked: list[str]) -> Any:
     return answer
 
 
-@pytest.mark.xfail(strict=True, reason="brain_run puts a waiting approval to the user "
-                   "(input_required) but ignores the answer the client sends back: nothing is "
-                   "recorded and the user is asked again, round after round, until the "
-                   "client gives up")
 async def test_an_approval_asked_through_brain_run_is_recorded(served: Served) -> None:
     run_id = _waiting(served, "deploy", "via-brain-run")
     asked: list[str] = []

@@ -76,3 +76,39 @@ async def test_the_docs_deploy_example_is_approved_from_the_agents_window(tmp_pa
     assert "would deploy api latest to prod" in prompts[0]
     assert result.structured_content["result"] == {"service": "api", "version": "latest",
                                                    "env": "prod", "approved": True}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_cancelled_call_cancels_its_run_over_stdio(tmp_path: Path, mode: str) -> None:
+    """Over stdio the client cancels with ``notifications/cancelled``, which the SDK matches
+    to that connection's own request (one client): the run is cancelled."""
+    import asyncio
+
+    from mcp import Client, StdioServerParameters
+
+    db = f"sqlite+aiosqlite:///{tmp_path / 'brain.db'}"
+    command, args = _brain()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAIN_", "THE_BRAIN_"))}
+    env.update(BRAIN_DATABASE_URL=db, BRAIN_MCP_WAIT_SECONDS="30")
+    server = StdioServerParameters(command=command, args=[*args, "mcp", "serve", str(FLOWS)],
+                                   env=env, cwd=str(tmp_path))
+    async with Client(server, mode=mode) as client:
+        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            if not started.done():
+                started.set_result("yes")
+
+        call = asyncio.ensure_future(client.call_tool("slow", {"seconds": 20},
+                                                      progress_callback=on_progress))
+        await asyncio.wait_for(started, 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        async with Store(db) as store:
+            for _ in range(100):
+                runs = await store.list_runs(workflow="slow", limit=1)
+                if runs and runs[0].status == "cancelled":
+                    break
+                await asyncio.sleep(0.1)
+    assert runs[0].status == "cancelled"

@@ -135,3 +135,64 @@ async def test_the_first_decision_wins(server: AppServer) -> None:
     assert run.steps["go"].decision["by"] == "api"
     assert run.steps["go"].decision["approved"] is False
     assert result.structured_content["status"] == "succeeded"
+
+
+async def _waiting_run(server: AppServer, service: str) -> str:
+    """A run of ``deploy`` started through the API, once its approval waits."""
+    import asyncio
+
+    import httpx
+
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        run_id = (await http.post("/api/workflows/deploy/runs",
+                                  json={"params": {"service": service}})).json()["run_id"]
+        for _ in range(300):
+            run = (await http.get(f"/api/runs/{run_id}")).json()
+            if any(s["status"] == "waiting" for s in run["steps"]):
+                return str(run_id)
+            await asyncio.sleep(0.05)
+    raise AssertionError("the approval never waited")
+
+
+async def test_brain_run_asks_the_approval_and_records_the_answer_like_a_tool_call(
+        server: AppServer) -> None:
+    """``brain_run`` on a run waiting for an approval asks the user (``input_required``), and
+    its next round records the answer ``by: "mcp"``: asked once, first decision winning."""
+    import httpx
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import InputRequiredResult
+
+    run_id = await _waiting_run(server, "via-brain-run")
+    other_id = await _waiting_run(server, "not-this-one")
+    no = {"go": {"action": "accept", "content": {"approve": False, "comment": "no"}}}
+    yes = {"go": {"action": "accept", "content": {"approve": True}}}
+    async with mcp_client(server.url + "/mcp", elicitation_callback=_answering(
+            "accept", {"approve": True}, [])) as client:
+        arguments = {"run_id": run_id, "wait_seconds": 5}
+        first = await client.session.call_tool("brain_run", arguments,
+                                               allow_input_required=True)
+        assert isinstance(first, InputRequiredResult)
+        assert run_id in first.input_requests["go"].params.message
+        # The sealed state is the call's: another run's brain_run cannot spend it.
+        with pytest.raises(MCPError):
+            await client.session.call_tool("brain_run", {"run_id": other_id, "wait_seconds": 1},
+                                           input_responses=yes,
+                                           request_state=first.request_state,
+                                           allow_input_required=True)
+        rejected = await client.session.call_tool("brain_run", arguments, input_responses=no,
+                                                  request_state=first.request_state,
+                                                  allow_input_required=True)
+        assert not isinstance(rejected, InputRequiredResult)
+        assert rejected.structured_content["status"] == "succeeded"
+        # Replaying the round to approve changes nothing: the first decision stands.
+        again = await client.session.call_tool("brain_run", arguments, input_responses=yes,
+                                               request_state=first.request_state,
+                                               allow_input_required=True)
+        assert not isinstance(again, InputRequiredResult)
+    run = await _run(run_id)
+    assert run.steps["go"].decision["approved"] is False
+    assert run.steps["go"].decision["by"] == "mcp" and run.steps["go"].decision["comment"] == "no"
+    assert run.steps["apply"].status == "skipped"
+    assert (await _run(other_id)).steps["go"].decision is None
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        await http.post(f"/api/runs/{other_id}/cancel")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,28 +124,75 @@ async def test_a_long_run_is_answered_with_its_state_then_brain_run_gives_its_re
     assert [p[0] for p in progress] == sorted({p[0] for p in progress})  # only ever forward
 
 
-@pytest.mark.parametrize("mode", ERAS)
-async def test_a_cancelled_call_cancels_its_run(server: AppServer, mode: str) -> None:
-    async with mcp_client(server.url + "/mcp", mode=mode, token=TOKEN) as client:
-        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+async def _cancelled_call(client: Any, seconds: float) -> None:
+    """Call ``slow``, then cancel the call once its first progress arrives."""
+    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-        async def on_progress(done: float, total: float | None, message: str | None) -> None:
-            if not started.done():
-                started.set_result("yes")
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        if not started.done():
+            started.set_result("yes")
 
-        call = asyncio.ensure_future(client.call_tool("slow", {"seconds": 20},
-                                                      progress_callback=on_progress))
-        await asyncio.wait_for(started, 10)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        async with Store(os.environ["BRAIN_DATABASE_URL"]) as store:
-            for _ in range(100):
-                runs = await store.list_runs(workflow="slow", limit=1)
-                if runs[0].status == "cancelled":
+    call = asyncio.ensure_future(client.call_tool("slow", {"seconds": seconds},
+                                                  progress_callback=on_progress))
+    await asyncio.wait_for(started, 10)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+
+async def _last_slow_run(until: tuple[str, ...]) -> Any:
+    async with Store(os.environ["BRAIN_DATABASE_URL"]) as store:
+        for _ in range(100):
+            runs = await store.list_runs(workflow="slow", limit=1)
+            if runs[0].status in until:
+                break
+            await asyncio.sleep(0.1)
+    return runs[0]
+
+
+async def test_a_cancelled_call_cancels_its_run(server: AppServer) -> None:
+    """2026-07-28: the client cancels by closing the call's stream."""
+    async with mcp_client(server.url + "/mcp", token=TOKEN) as client:
+        await _cancelled_call(client, 20)
+        run = await _last_slow_run(("cancelled",))
+    assert run.status == "cancelled"
+
+
+async def test_a_handshake_era_cancel_over_stateless_http_cancels_nothing(
+        server: AppServer) -> None:
+    """The handshake era's ``notifications/cancelled`` comes as a request of its own, which
+    nothing ties to the client that made the call (any client may say "cancel 1"): the run
+    goes on to its end (docs/mcp-server.md)."""
+    async with mcp_client(server.url + "/mcp", mode="legacy", token=TOKEN) as client:
+        await _cancelled_call(client, 0.4)
+        run = await _last_slow_run(("succeeded", "failed", "cancelled"))
+    assert run.status == "succeeded"
+
+
+def test_a_handshake_era_client_that_closes_the_calls_stream_cancels_its_run(
+        server: AppServer) -> None:
+    """What only the calling client can do, closing its call's response stream, cancels the
+    run in the handshake era too."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 20}}}
+    headers = {"Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-11-25", "Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        before = {r["run_id"] for r in http.get("/api/runs", headers=headers).json()}
+        with http.stream("POST", "/mcp", json=body, headers=headers) as answer:
+            assert answer.status_code == 200
+            fresh: list[str] = []
+            for _ in range(200):
+                fresh = [r["run_id"] for r in httpx.get(server.url + "/api/runs",
+                                                        headers=headers).json()
+                         if r["run_id"] not in before and r["status"] == "running"]
+                if fresh:
                     break
-                await asyncio.sleep(0.1)
-    assert runs[0].status == "cancelled"
+                time.sleep(0.05)
+            assert fresh, "the call's run never ran"
+        # the stream is closed: the call's handler is cancelled, and its run with it
+    run = asyncio.run(_last_slow_run(("cancelled",)))
+    assert run.run_id == fresh[0] and run.status == "cancelled"
 
 
 def test_without_the_token_mcp_answers_401(server: AppServer) -> None:
