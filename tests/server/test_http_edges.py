@@ -172,10 +172,18 @@ def test_start_run_reads_its_fields_strictly(server: BrainServer, body: bytes, w
 
 
 def test_cancel_and_retry_take_any_well_formed_body(server: BrainServer) -> None:
-    """They define no fields: a well-formed body is ignored (the run is looked up: 404)."""
-    for action in ("cancel", "retry"):
-        for body in (b'{"reason": "x"}', b"[1, 2]", b"null", b"  "):
-            json_error(post_json(server, body, f"/api/runs/0123abcd/{action}"), 404)
+    """Cancel defines no fields: a well-formed body is ignored (the run is looked up: 404).
+    Retry's body has one field, ``from`` (``brain retry --from``): an empty body gives none,
+    and an unknown field or a body that is not an object is a 400 saying so, as for every
+    typed body."""
+    for body in (b'{"reason": "x"}', b"[1, 2]", b"null", b"  "):
+        json_error(post_json(server, body, "/api/runs/0123abcd/cancel"), 404)
+    for body in (b"  ", b"{}"):
+        json_error(post_json(server, body, "/api/runs/0123abcd/retry"), 404)
+    for body in (b"[1, 2]", b"null"):
+        assert "object" in json_error(post_json(server, body, "/api/runs/0123abcd/retry"), 400)
+    refused = json_error(post_json(server, b'{"reason": "x"}', "/api/runs/0123abcd/retry"), 400)
+    assert "reason" in refused and "from" in refused, refused
 
 
 def test_malformed_ipv6_host_is_400(server: BrainServer) -> None:
