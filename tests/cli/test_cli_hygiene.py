@@ -176,10 +176,12 @@ def test_database_in_a_missing_folder_is_one_line(tmp_path: Path, brain_cmd: lis
 
 def test_a_failed_sqlite_connect_leaves_no_thread_traceback(tmp_path: Path,
                                                             brain_cmd: list[str]) -> None:
-    """A URI filename is passed to SQLite as is, so the connect itself fails; aiosqlite's
-    thread must finish before the event loop closes, or it prints a traceback after the
-    message (it did in most tries)."""
-    url = f"sqlite+aiosqlite:///file:{tmp_path / 'missing' / 'brain.db'}?uri=true"
+    """A URI filename is passed to SQLite as is, so the connect itself fails (here: the name
+    is a folder); aiosqlite's thread must finish before the event loop closes, or it prints
+    a traceback after the message (it did in most tries). (A URI naming a file that does
+    not exist is found missing before any connect: see test_stale_runs.)"""
+    (tmp_path / "a-folder.db").mkdir()
+    url = f"sqlite+aiosqlite:///file:{tmp_path / 'a-folder.db'}?uri=true"
     for _ in range(4):
         proc = brain(brain_cmd, "runs", env={"BRAIN_DATABASE_URL": url})
         assert proc.returncode == 2
