@@ -146,9 +146,6 @@ def test_a_rotated_mcp_bearer_token_misses(mcp_server: object,
     assert rotated.succeeded and not rotated.steps["call"].cached
 
 
-@pytest.mark.xfail(strict=True, reason="two secret MCP headers swapped give the same key "
-                   "(both shown as ***, the secrets' digests sorted): the tool's answer to the "
-                   "other header values is served")
 def test_swapped_mcp_header_secrets_miss(mcp_server: object,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     url = mcp_server.url  # type: ignore[attr-defined]
@@ -231,9 +228,6 @@ def test_cache_clear_removes_exactly_what_it_says(flows: tuple[Path, Path], tmp_
     assert all(w == "beta" for w, _ in _entries(db))
 
 
-@pytest.mark.xfail(strict=True, reason="a for_each step's entries are stored under its "
-                   "instances' names (each[0], each[1]): brain cache clear --workflow W --step "
-                   "each clears none of them and the next run is still answered from them")
 def test_cache_clear_of_a_for_each_step_clears_its_instances(
         flows: tuple[Path, Path], tmp_path: Path, brain_cmd: list[str]) -> None:
     path, marks = flows
