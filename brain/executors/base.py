@@ -53,12 +53,24 @@ class LlmDefaults:
 
 
 class RequestGate(Protocol):
-    """The rate limit a step's requests pass (SPEC §26), for an executor that makes more
-    than the one request the runner lets through before each try (an LLM step asking once
-    more)."""
+    """The rate limit a step's requests pass (SPEC §26). The runner lets one request
+    through before each try and settles what is left when the try ends; an executor that
+    makes more (an LLM step asking once more, or again in another form) enters for each,
+    and settles each as its answer arrives."""
 
     async def enter(self, tokens: int = 0) -> None:
         """Wait for room for one more request reserving ``tokens``, and take it."""
+        ...
+
+    async def answered(self) -> None:
+        """The requests let through so far were answered (their usage is in the step's
+        log): they count ``per`` seconds from now."""
+        ...
+
+    def outlived(self, on_end: Callable[[Callable[[], None]], None]) -> None:
+        """The try ends but its work goes on (a sync function's thread): its requests
+        count until that work ends, which ``on_end(callback)`` reports by calling
+        ``callback`` (from any thread)."""
         ...
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import typing
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from brain._errors import PlaceholderError, StepFailed
 from brain.dsl.model import FunctionStepSpec, ParamRef, SecretRef
 from brain.executors.base import REDACTED, PreparedStep, Resolve, StepContext, StepOutput, read_secret
 from brain.executors.capture import capturing
-from brain.executors.threads import run_in_thread
+from brain.executors.threads import ThreadCall
 
 _TEXT_TYPES: tuple[object, ...] = (str, Any, inspect.Parameter.empty)
 
@@ -68,7 +69,15 @@ class FunctionExecutor:
             if inspect.iscoroutinefunction(spec.func):
                 result = await spec.func(*bound.args, **bound.kwargs)
             else:
-                result = await run_in_thread(spec.func, *bound.args, **bound.kwargs)
+                call = ThreadCall(spec.func, bound.args, bound.kwargs)
+                try:
+                    result = await call.result()
+                except asyncio.CancelledError:
+                    # Timed out or cancelled, the thread goes on and may still send its
+                    # request: its rate limit counts it until the thread ends.
+                    if ctx.gate is not None:
+                        ctx.gate.outlived(call.when_done)
+                    raise
                 if inspect.isawaitable(result):
                     result = await result
         return StepOutput(output=output_text(result))

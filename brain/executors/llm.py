@@ -222,7 +222,7 @@ class LlmExecutor:
         """
         body: dict[str, Any] = prepared.payload["body"]
         warm_checker(spec)  # it starts while the model answers
-        content = await self._ask(prepared.payload, body, ctx.log, ctx.trace)
+        content = await self._ask(prepared.payload, body, ctx, entered=True)
         if spec.output_schema is None:
             return StepOutput(output=content)
         prepared.output = _kept(content, spec.max_output_bytes)  # if the try ends here
@@ -230,10 +230,7 @@ class LlmExecutor:
         if output is None:
             messages = [*body["messages"], {"role": "assistant", "content": content},
                         {"role": "user", "content": reask_text(reason)}]
-            if ctx.gate is not None:  # a second request: it passes the limit too
-                await ctx.gate.enter(reserved_tokens({**body, "messages": messages}))
-            content = await self._ask(prepared.payload, {**body, "messages": messages}, ctx.log,
-                                      ctx.trace)
+            content = await self._ask(prepared.payload, {**body, "messages": messages}, ctx)
             prepared.output = _kept(content, spec.max_output_bytes)
             output, reason = await _checked(spec, content, ctx.log)
         if output is None:  # the last answer is kept, as a failed shell step keeps its stdout
@@ -241,25 +238,45 @@ class LlmExecutor:
                              output=prepared.output)
         return StepOutput(output=output)
 
-    async def _ask(self, payload: dict[str, Any], body: dict[str, Any],
-                   log: StepLog | None, trace: StepTrace | None = None) -> str:
-        """One question (see :meth:`_answer`). A server that refuses ``response_format`` of
+    async def _ask(self, payload: dict[str, Any], body: dict[str, Any], ctx: StepContext, *,
+                   entered: bool = False) -> str:
+        """One question (see :meth:`_request`). A server that refuses ``response_format`` of
         type ``json_schema`` (llama-cpp-python's takes ``json_object`` with a ``schema``) is
-        asked in that form instead, here and for the rest of the run."""
+        asked in that form instead, here and for the rest of the run. ``entered``: the
+        runner let the first request through the step's rate limit already."""
         url: str = payload["url"]
         if "response_format" not in body:
-            return await self._answer(payload, body, log, trace)
+            return await self._request(payload, body, ctx, entered)
         if url in self._json_object_urls:
-            return await self._answer(payload, json_object_form(body), log, trace)
+            return await self._request(payload, json_object_form(body), ctx, entered)
         try:
-            return await self._answer(payload, body, log, trace)
+            return await self._request(payload, body, ctx, entered)
         except _RefusedFormat as refused:
             try:
-                content = await self._answer(payload, json_object_form(body), log, trace)
+                content = await self._request(payload, json_object_form(body), ctx, False)
             except _RefusedFormat:
                 raise refused from None  # the first refusal says what the server lacks
             self._json_object_urls.add(url)
             return content
+
+    async def _request(self, payload: dict[str, Any], body: dict[str, Any], ctx: StepContext,
+                       entered: bool) -> str:
+        """One request (see :meth:`_answer`), through the step's rate limit (SPEC §26): it
+        waits for room unless ``entered``, and is settled as soon as it is answered, so
+        that the step's next request (a re-ask) waits only for the window, not for the
+        end of its own try."""
+        gate = ctx.gate
+        if gate is None:
+            return await self._answer(payload, body, ctx.log, ctx.trace)
+        if not entered:
+            await gate.enter(reserved_tokens(body))
+        try:
+            content = await self._answer(payload, body, ctx.log, ctx.trace)
+        except StepFailed:
+            await gate.answered()
+            raise
+        await gate.answered()
+        return content
 
     async def _answer(self, payload: dict[str, Any], body: dict[str, Any],
                       log: StepLog | None, trace: StepTrace | None = None) -> str:

@@ -61,31 +61,68 @@ def _submit(job: Callable[[], Callable[[], None]]) -> None:
 
 async def run_in_thread(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``func`` in a daemon worker thread and await its result (context copied)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    ctx = contextvars.copy_context()
+    return await ThreadCall(func, args, kwargs).result()
 
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
 
-    def job() -> Callable[[], None]:
-        try:
-            result, error = ctx.run(func, *args, **kwargs), None
-        except BaseException as exc:
-            result, error = None, exc
+class ThreadCall:
+    """A call of ``func`` in a daemon worker thread, started at once (from a running event
+    loop): its result is awaited with :meth:`result`; who stops awaiting it (a timeout, a
+    cancel) may still learn when it really ends (:meth:`when_done`)."""
 
-        def deliver() -> None:
+    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        self._future: asyncio.Future[Any] = loop.create_future()
+        self._lock = threading.Lock()
+        self._ended = False
+        self._on_end: list[Callable[[], None]] = []
+        ctx = contextvars.copy_context()
+        future = self._future
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        def job() -> Callable[[], None]:
             try:
-                loop.call_soon_threadsafe(settle, result, error)
-            except RuntimeError:  # the loop is gone: nobody waits for this any more
+                result, error = ctx.run(func, *args, **kwargs), None
+            except BaseException as exc:
+                result, error = None, exc
+            self._end()
+
+            def deliver() -> None:
+                try:
+                    loop.call_soon_threadsafe(settle, result, error)
+                except RuntimeError:  # the loop is gone: nobody waits for this any more
+                    pass
+
+            return deliver
+
+        _submit(job)
+
+    async def result(self) -> Any:
+        """The function's return value (its exception raised here)."""
+        return await self._future
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Have ``callback`` called once the function has returned or raised: in its worker
+        thread, or here at once if it has already."""
+        with self._lock:
+            if not self._ended:
+                self._on_end.append(callback)
+                return
+        callback()
+
+    def _end(self) -> None:
+        with self._lock:
+            self._ended = True
+            callbacks, self._on_end = self._on_end, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # a callback's failure must not kill the worker
                 pass
-
-        return deliver
-
-    _submit(job)
-    return await future

@@ -24,7 +24,6 @@ from brain.dsl.model import StepSpec
 from brain.executors.base import PreparedStep, StepContext, StepOutput
 from brain.results import StepStatus, WaitTimer, clean_text
 from brain.runner.caching import hit_mark
-from brain.runner.limits import spent_tokens
 from brain.runner.plan import Fail, Plan, Scope, Skip
 from brain.runner.record import Outcome, Recorder
 from brain.runner.texts import describe, internal_error, scrub_deep, stored_text, stored_text_apart
@@ -220,7 +219,6 @@ class StepRunner:
             attempt += 1
             if gate is not None:  # room in its rate limit first, outside its timeout
                 await gate.enter(prepared.reserve_tokens)
-                spent = spent_tokens(state.writer.log.usage)
             state.tries += 1
             try:
                 result = await self._attempt(executor, spec, prepared, ctx, state.tries)
@@ -230,13 +228,14 @@ class StepRunner:
                 self.recorder.cut_off(spec.name, stored_text(prepared.output, secrets),
                                       stored_text(prepared.stderr, secrets),
                                       state.writer.log.usage)
+                if gate is not None:  # its request may have gone: it counts from now
+                    await gate.cut_off()
                 raise
             finally:
                 self.lease.step_ended(spec.name)
             ended = utcnow()  # when the work ended, not when its record was written
             if gate is not None:
-                usage = state.writer.log.usage
-                await gate.leave(None if usage is None else spent_tokens(usage) - spent)
+                await gate.leave()
                 if isinstance(result, StepFailed) and result.throttled and result.retry_after:
                     await gate.pause(result.retry_after)
             if isinstance(result, StepOutput):

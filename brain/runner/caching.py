@@ -2,21 +2,26 @@
 before it runs, and a step that ran and succeeded stores its output under it.
 
 The key is a digest of the step's kind, its fingerprint (what it does: SPEC §24, without
-the options that do not change its output — its cache, limit, timeout, retries, condition)
-and its resolved inputs; ``Cache(key=[...])`` replaces the inputs with the listed values.
-Secret values count by their own digest, so a changed secret misses; nothing but the one
-digest of all of it is stored. What the key misses is what the fingerprint misses: code in
-other modules, globals' values, the files a step reads and the world it talks to.
+the options that do not change its output — its cache, limit, timeout, retries, condition),
+the folder it runs in (a shell step's, a stdio MCP server's) and its resolved inputs;
+``Cache(key=[...])`` replaces the inputs with the listed values. Secret values count by
+their own digest, in the order the step uses them (the inputs show each as ``***``, so the
+order is what tells which secret went where), so a changed or swapped secret misses;
+nothing but the one digest of all of it is stored. What the key misses is what the
+fingerprint misses: code in other modules, globals' values, the files a step reads and the
+world it talks to.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from brain.dsl.fingerprint import StepPrint
+from brain.results import base_name
 
 if TYPE_CHECKING:
     from brain.dsl.model import StepSpec
@@ -27,13 +32,13 @@ if TYPE_CHECKING:
 
 #: Aspects of a step's fingerprint that do not change what it outputs.
 _NOT_IN_KEY = frozenset({"cache", "limit", "timeout_seconds", "retries", "retry_delay_seconds",
-                         "when", "max_output_bytes"})
+                         "when"})
 
 
 def step_fingerprint(wf: RunnableWorkflow, step: str) -> str:
     """The part of step ``step``'s fingerprint (SPEC §24) that its cache key holds: a
     digest of its kind and of what it does."""
-    found: StepPrint | None = wf.fingerprint.step(step)
+    found: StepPrint | None = wf.fingerprint.step(base_name(step))
     if found is None:
         return ""
     aspects = sorted((k, v) for k, v in found.aspects.items() if k not in _NOT_IN_KEY)
@@ -49,9 +54,24 @@ def cache_key(wf: RunnableWorkflow, spec: StepSpec, prepared: PreparedStep,
         given = ["key", [resolve(text, False) for text in spec.cache.key]]
     else:
         given = ["inputs", prepared.inputs]
-    secrets = sorted(hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()
-                     for s in prepared.secrets)
-    return _digest([spec.kind, step_fingerprint(wf, spec.name), given, secrets])
+    # In the order of use, not sorted: two secrets swapped between places must miss.
+    secrets = [hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()
+               for s in prepared.secrets]
+    return _digest([spec.kind, step_fingerprint(wf, spec.name), given, secrets,
+                    working_folder(spec, wf.source_dir)])
+
+
+def working_folder(spec: StepSpec, workflow_dir: str) -> str | None:
+    """The folder a step's program runs in, as the executor resolves it: a shell step's
+    ``cwd`` (relative to the workflow's folder, which it is by default) or a stdio MCP
+    server's (the workflow's folder); ``None`` for steps whose output does not depend on
+    it (the same ``pwd`` in two folders is two outputs)."""
+    if spec.kind == "shell":
+        cwd = getattr(spec, "cwd", None)
+        return os.path.normpath(os.path.join(workflow_dir, cwd or ""))
+    if spec.kind == "mcp_tool" and getattr(spec, "server_command", None) is not None:
+        return os.path.normpath(workflow_dir)
+    return None
 
 
 def _digest(value: Any) -> str:
@@ -85,7 +105,10 @@ class StepCaches:
                    usage: dict[str, int] | None) -> None:
         """Store what a step that ran and succeeded output (already scrubbed)."""
         assert spec.cache is not None
-        await self.store.cache_put(key, workflow=self.wf.name, step=spec.name, kind=spec.kind,
+        # Under the step's own name: a for_each step's instances (each[0], each[1]) are
+        # cleared with it (brain cache clear --step each).
+        await self.store.cache_put(key, workflow=self.wf.name, step=base_name(spec.name),
+                                   kind=spec.kind,
                                    output=output, stderr=stderr, usage=usage,
                                    run_id=self.run_id, expire_seconds=spec.cache.expire_seconds)
 

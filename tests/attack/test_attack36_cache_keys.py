@@ -34,9 +34,6 @@ def server() -> Iterator[FakeChatServer]:
 # --- breaks ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="two secrets swapped between a step's places (env A "
-                   "and B) give the same key: the inputs show both as *** and the secrets' "
-                   "digests are sorted, so the step answers with the other run's output")
 def test_swapped_secrets_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     @workflow
     def lengths() -> None:
@@ -55,8 +52,6 @@ def test_swapped_secrets_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     assert second.steps["sizes"].output == "12 10"
 
 
-@pytest.mark.xfail(strict=True, reason="swapped secret arguments of a @step give the same key "
-                   "(both shown as ***, digests sorted): the function's other answer is served")
 def test_swapped_secret_arguments_of_a_step_function_miss(
         monkeypatch: pytest.MonkeyPatch) -> None:
     @step(cache="1h")
@@ -85,9 +80,6 @@ def where():
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="a shell step runs in its workflow file's folder, but "
-                   "the key holds only the cwd= written (None): the same workflow in another "
-                   "folder is answered with the first folder's output")
 def test_the_same_shell_step_in_another_folder_misses(tmp_path: Path) -> None:
     outputs = []
     for name in ("one", "two"):
@@ -101,9 +93,6 @@ def test_the_same_shell_step_in_another_folder_misses(tmp_path: Path) -> None:
     assert outputs[1] == str((tmp_path / "two").resolve())
 
 
-@pytest.mark.xfail(strict=True, reason="max_output_bytes is left out of the key: a step whose "
-                   "output is now over its max_output_bytes (it would fail) is answered from "
-                   "the cache, succeeded, with the larger output")
 def test_a_smaller_max_output_bytes_is_not_answered_with_a_larger_output() -> None:
     def make(size: int | None) -> object:
         @workflow(name="sized")

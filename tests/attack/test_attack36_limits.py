@@ -39,9 +39,6 @@ def _arrived(server: TimedServer, count: int, within: float = 10.0) -> None:
 # --- breaks ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a server that refuses response_format json_schema is "
-                   "asked again at once in the json_object form (LlmExecutor._ask) without "
-                   "passing the step's gate: two requests in one window of a 1-request limit")
 def test_the_json_object_fallback_request_passes_the_limit_too(server: TimedServer) -> None:
     server.respond(status=400, json={"error": {"message": "response_format: 'json_schema' "
                                                "is not supported, use 'text' or 'json_object'"}})
@@ -89,28 +86,18 @@ def _cancel_then_probe(server: TimedServer, name: str, store: str | None) -> flo
     return asyncio.run(probe())
 
 
-@pytest.mark.xfail(strict=True, reason="a cancelled request is never settled (StepGate.leave "
-                   "is skipped on CancelledError), so its use counts per + the step's "
-                   "timeout (120 s for an llm step, 600 s without one): a live process's "
-                   "limit is starved for minutes by one cancel")
 def test_a_cancelled_request_does_not_hold_the_limit_for_minutes(
         server: TimedServer) -> None:
     wait = _cancel_then_probe(server, "atk36-cancel", None)
     assert wait == 0.0, f"the next request must wait {wait:.0f} s more"
 
 
-@pytest.mark.xfail(strict=True, reason="on PostgreSQL the cancelled request's use row keeps "
-                   "counting per + the step's timeout too: every worker sharing the limit is "
-                   "starved")
 def test_a_cancelled_request_does_not_hold_the_limit_on_postgres(
         server: TimedServer, schema_pg_url: str) -> None:
     wait = _cancel_then_probe(server, "atk36-cancel-pg", schema_pg_url)
     assert wait == 0.0, f"the next request must wait {wait:.0f} s more"
 
 
-@pytest.mark.xfail(strict=True, reason="a sync @step that times out is settled at once, but "
-                   "its abandoned thread may still send its request later: with the retry "
-                   "let through after per seconds, two requests reach the server in one window")
 def test_an_abandoned_step_function_cannot_overshoot_the_limit(server: TimedServer) -> None:
     delays = [3.0, 0.0]
 
@@ -132,10 +119,6 @@ def test_an_abandoned_step_function_cannot_overshoot_the_limit(server: TimedServ
     assert most_in_any_window(server.times, 2.0) <= 1
 
 
-@pytest.mark.xfail(strict=True, reason="a schema re-ask enters the gate while the try's first "
-                   "request is still unsettled (leave comes after the try), so under a "
-                   "1-request limit it waits per + the step's timeout (120 s by default) for "
-                   "its own first request: the step times out instead of re-asking")
 def test_a_schema_reask_waits_only_for_its_window(server: TimedServer) -> None:
     server.respond(content="not a number")
     server.respond(content="7")
