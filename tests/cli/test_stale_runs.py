@@ -35,6 +35,7 @@ FLOW = '''
         approval("go", prompt="ship?")
         shell("ship", command="echo ship-{ship}")
 '''
+FINISHED = ("succeeded", "failed", "cancelled")
 REASON = "workflow changed since the run started: step 'build' (command changed)"
 
 
@@ -60,11 +61,15 @@ def _waiting_runs(folder: Path, db_url: str) -> tuple[str, str, str]:
                 if all(str(r.status) == "waiting" for r in runs):
                     break
                 await asyncio.sleep(0.05)
-            await api.decide(ended, "go", approved=False)
+            else:
+                raise AssertionError("the runs never all waited")
+            await api.decide(ended, "go", approved=False)  # (its later step is skipped)
             for _ in range(600):
-                if str((await api.run(ended, with_steps=False)).status) == "failed":
+                if str((await api.run(ended, with_steps=False)).status) in FINISHED:
                     break
                 await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the rejected run never ended")
             return waiting["deploy"], waiting["other"], ended
         finally:
             await service.stop(grace_seconds=1)
