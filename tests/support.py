@@ -263,3 +263,24 @@ def compose_command() -> list[str] | None:
                                  timeout=30).returncode == 0:
         return [docker, "compose"]
     return None
+
+
+S = TypeVar("S")
+
+
+@contextlib.contextmanager
+def serving(make: Callable[[], contextlib.AbstractContextManager[S]], database: Path,
+            **env: str | None) -> Iterator[S]:
+    """An app server made by ``make`` (called once ``BRAIN_DATABASE_URL`` names the SQLite
+    file ``database`` and ``env`` is set; ``None`` unsets a variable), the environment put
+    back once it stopped: for a module's server fixture. Its URL is kept as ``db_url``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BRAIN_DATABASE_URL", f"sqlite+aiosqlite:///{database}")
+        for key, value in env.items():
+            if value is None:
+                patch.delenv(key, raising=False)
+            else:
+                patch.setenv(key, value)
+        with make() as app:
+            app.db_url = os.environ["BRAIN_DATABASE_URL"]  # type: ignore[attr-defined]
+            yield app

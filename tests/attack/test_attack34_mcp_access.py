@@ -5,7 +5,6 @@ served (DNS rebinding, CSRF). Raw HTTP on 127.0.0.1, header variants generated."
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from attack34_support import LEGACY, Served, answer_of, call, rpc_body, run_count
+from support import serving
 
 TOKEN = "atk34-token-Zq9x7Lw2Vb"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -35,20 +35,9 @@ def touch(tag: str = "x") -> str:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("atk34-access")
     (folder / "flows.py").write_text(FLOWS)
-    saved = {k: os.environ.get(k) for k in ("BRAIN_DATABASE_URL", "BRAIN_MCP_WAIT_SECONDS",
-                                            "BRAIN_API_TOKEN")}
-    os.environ.update(BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{folder / 'brain.db'}",
-                      BRAIN_MCP_WAIT_SECONDS="5", BRAIN_API_TOKEN=TOKEN)
-    try:
-        with Served(folder / "flows.py") as app:
-            app.db_url = os.environ["BRAIN_DATABASE_URL"]  # type: ignore[attr-defined]
-            yield app
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with serving(lambda: Served(folder / "flows.py"),
+                 folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="5", BRAIN_API_TOKEN=TOKEN) as app:
+        yield app
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ fields, and no run is created (checked in the database). Raw JSON-RPC over real 
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from attack34_support import Served, answer_of, call, run_count
+from support import serving
 
 FLOWS = '''
 from typing import Literal
@@ -37,21 +37,9 @@ def numbers(name: str, n: int = 1, x: float = 1.0,
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("atk34-args")
     (folder / "flows.py").write_text(FLOWS)
-    saved = {k: os.environ.get(k) for k in ("BRAIN_DATABASE_URL", "BRAIN_MCP_WAIT_SECONDS",
-                                            "BRAIN_API_TOKEN")}
-    os.environ.update(BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{folder / 'brain.db'}",
-                      BRAIN_MCP_WAIT_SECONDS="5")
-    os.environ.pop("BRAIN_API_TOKEN", None)
-    try:
-        with Served(folder / "flows.py") as app:
-            app.db_url = os.environ["BRAIN_DATABASE_URL"]  # type: ignore[attr-defined]
-            yield app
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with serving(lambda: Served(folder / "flows.py"),
+                 folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="5", BRAIN_API_TOKEN=None) as app:
+        yield app
 
 
 @pytest.fixture(autouse=True)

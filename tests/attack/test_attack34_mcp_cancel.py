@@ -5,7 +5,6 @@ Raw JSON-RPC over real HTTP, handshake era (``notifications/cancelled``)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -17,6 +16,7 @@ import pytest
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from attack34_support import LEGACY, Served, call
+from support import serving
 
 FLOWS = '''
 import asyncio
@@ -39,21 +39,9 @@ def slow(seconds: float = 1.0) -> str:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("atk34-cancel")
     (folder / "flows.py").write_text(FLOWS)
-    saved = {k: os.environ.get(k) for k in ("BRAIN_DATABASE_URL", "BRAIN_MCP_WAIT_SECONDS",
-                                            "BRAIN_API_TOKEN")}
-    os.environ.update(BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{folder / 'brain.db'}",
-                      BRAIN_MCP_WAIT_SECONDS="6")
-    os.environ.pop("BRAIN_API_TOKEN", None)
-    try:
-        with Served(folder / "flows.py") as app:
-            app.db_url = os.environ["BRAIN_DATABASE_URL"]  # type: ignore[attr-defined]
-            yield app
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with serving(lambda: Served(folder / "flows.py"),
+                 folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="6", BRAIN_API_TOKEN=None) as app:
+        yield app
 
 
 @pytest.fixture(autouse=True)

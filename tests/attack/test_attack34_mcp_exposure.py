@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from mcp_support import mcp_client
+from support import serving
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from attack34_support import Served, answer_of, call, rpc_body, run_count
@@ -64,23 +65,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("atk34-exposure")
     (folder / "flows.py").write_text(FLOWS)
     (folder / "fading.py").write_text(RELOADED)
-    saved = {k: os.environ.get(k) for k in ("BRAIN_DATABASE_URL", "BRAIN_MCP_WAIT_SECONDS",
-                                            "BRAIN_API_TOKEN")}
-    os.environ.update(BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{folder / 'brain.db'}",
-                      BRAIN_MCP_WAIT_SECONDS="4")
-    os.environ.pop("BRAIN_API_TOKEN", None)
-    try:
-        with Served(folder / "flows.py", folder / "fading.py",
-                    reload_paths=[str(folder / "fading.py")]) as app:
-            app.db_url = os.environ["BRAIN_DATABASE_URL"]  # type: ignore[attr-defined]
-            app.folder = folder  # type: ignore[attr-defined]
-            yield app
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with serving(lambda: Served(folder / "flows.py", folder / "fading.py",
+                     reload_paths=[str(folder / "fading.py")]),
+                 folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="4", BRAIN_API_TOKEN=None) as app:
+        app.folder = folder  # type: ignore[attr-defined]
+        yield app
 
 
 @pytest.fixture(autouse=True)

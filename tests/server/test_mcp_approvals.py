@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from mcp_support import FLOWS, mcp_client
 from serve_support import AppServer
+from support import serving
 
 from brain.store import Store
 
@@ -19,18 +20,9 @@ from brain.store import Store
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     db = tmp_path_factory.mktemp("mcp-approvals") / "brain.db"
-    saved = {k: os.environ.get(k) for k in ("BRAIN_DATABASE_URL", "BRAIN_MCP_WAIT_SECONDS")}
-    os.environ.update(BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{db}", BRAIN_MCP_WAIT_SECONDS="10")
-    try:
-        with AppServer(FLOWS) as app:
-            app.db_url = os.environ["BRAIN_DATABASE_URL"]  # type: ignore[attr-defined]
-            yield app
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with serving(lambda: AppServer(FLOWS),
+                 db, BRAIN_MCP_WAIT_SECONDS="10") as app:
+        yield app
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from mcp_support import FLOWS, mcp_client
 from serve_support import AppServer
+from support import serving
 
 from brain.store import Store
 
@@ -25,18 +26,9 @@ ERAS = {"legacy": "2025-11-25", "auto": "2026-07-28"}
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     """One app for the module: its own database, calls wait 2 s for their run."""
     db = tmp_path_factory.mktemp("mcp") / "brain.db"
-    saved = {k: os.environ.get(k) for k in ("BRAIN_DATABASE_URL", "BRAIN_MCP_WAIT_SECONDS")}
-    os.environ.update(BRAIN_DATABASE_URL=f"sqlite+aiosqlite:///{db}", BRAIN_MCP_WAIT_SECONDS="2")
-    try:
-        with AppServer(FLOWS) as app:
-            app.db_url = os.environ["BRAIN_DATABASE_URL"]  # type: ignore[attr-defined]
-            yield app
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with serving(lambda: AppServer(FLOWS),
+                 db, BRAIN_MCP_WAIT_SECONDS="2") as app:
+        yield app
 
 
 @pytest.fixture(autouse=True)
