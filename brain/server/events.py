@@ -170,7 +170,11 @@ class ChangeWatcher(RunObserver):
                 self._publish("progress", {"run_id": run.run_id, "workflow": run.workflow,
                                            "step": name, **json.loads(progress)})
         status = str(run.status)
-        if self._stale(run.run_id, read_at):
+        known = self._runs.get(run.run_id)
+        if self._stale(run.run_id, read_at) or (
+                known is not None and known[0] in FINISHED_RUN and status not in FINISHED_RUN):
+            # (a run's end is announced here as it is written: a look a moment later may
+            # still read it running; an ended run never runs again, a retry is a new run)
             pass
         elif self._runs.get(run.run_id) != (status, run.error):
             self._runs[run.run_id] = (status, run.error)
