@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from brain._errors import BrainError, RunConflict, RunNotFound, StepNotFound
@@ -292,11 +292,7 @@ class BrainApi:
             left = deadline - loop.time()
             if left <= 0:
                 return None
-            if ended is None:
-                await asyncio.sleep(min(delay, left))
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ended, min(delay, left))
+            await _pause(ended, min(delay, left))
             delay = min(delay * 1.5, _LOOK_AT_MOST_SECONDS)
 
     async def watch(self, run_id: str, seconds: float) -> AsyncIterator[RunResult]:
@@ -327,11 +323,7 @@ class BrainApi:
             left = deadline - loop.time()
             if left <= 0:
                 return
-            if changed is None:
-                await asyncio.sleep(min(delay, left))
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed, min(delay, left))
+            await _pause(changed, min(delay, left))
             delay = min(delay * 1.5, _LOOK_AT_MOST_SECONDS)
 
     async def step_log(self, run_id: str, step: str, *, after: int = 0
@@ -374,3 +366,13 @@ class BrainApi:
             raise BrainError("metrics are a serving process's (brain serve, brain worker)")
         return await self._service.metrics.exposition(self._store.count_queued,
                                                       self._store.count_waiting)
+
+
+async def _pause(woken: Awaitable[Any] | None, seconds: float) -> None:
+    """Wait ``seconds``, or less when ``woken`` (a sign of this process's executions) comes
+    first: the pause between two looks at a run."""
+    if woken is None:
+        await asyncio.sleep(seconds)
+    else:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken, seconds)
