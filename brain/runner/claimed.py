@@ -38,7 +38,7 @@ from brain.runner.lifecycle import (
     on_taken,
     restamp_refused,
 )
-from brain.runner.observe import announce_start
+from brain.runner.observe import announce_raised, announce_start
 from brain.runner.queueing import failure_runs
 from brain.runner.waiting import WaitsFound
 from brain.runner.workflows import RunnableWorkflow
@@ -104,9 +104,13 @@ async def execute_claimed(wf: RunnableWorkflow, store: RunStore, run_id: str, ow
     how = "started" if first_start else "continued" if woken else "resumed"
     ended = announce_start(context.observers, RunEvent(run_id, wf.name, how, row.trigger.event,
                                                        row.retry_of, row.trace_context))
-    result = await _execute_claimed(wf, store, row, owner, event, executors=executors,
-                                    abandon_on_cancel=abandon_on_cancel, loaded=loaded,
-                                    context=context)
+    try:
+        result = await _execute_claimed(wf, store, row, owner, event, executors=executors,
+                                        abandon_on_cancel=abandon_on_cancel, loaded=loaded,
+                                        context=context)
+    except BaseException:
+        await announce_raised(ended, lambda: store.get_run(run_id))
+        raise
     ended(result)
     if row.parent_run_id is not None and result.status in FINISHED_RUN:
         await child_ended(store, row.parent_run_id, row.parent_step, context)

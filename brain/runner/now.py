@@ -27,7 +27,7 @@ from brain.runner.lifecycle import (
     on_stall_look,
     on_taken,
 )
-from brain.runner.observe import RunObserver, announce_start
+from brain.runner.observe import RunObserver, announce_raised, announce_start
 from brain.runner.queueing import new_run
 from brain.runner.waiting import fire_when_due
 from brain.runner.workflows import RunnableWorkflow
@@ -105,8 +105,12 @@ async def run_workflow_now(wf: RunnableWorkflow, trigger: object = None, *,
         ended = announce_start(context.observers, RunEvent(run_id, wf.name, "started",
                                                            trig.event,
                                                            trace_context=run.trace_context))
-        await execution.execute()
-        result = await st.get_run(run_id)
+        try:
+            await execution.execute()
+            result = await st.get_run(run_id)
+        except BaseException:
+            await announce_raised(ended, lambda: st.get_run(run_id))
+            raise
         ended(result)
         then = after_execution(parked=execution.parked, stalled=execution.stalled)
         if then.action is Action.PARK:

@@ -15,12 +15,13 @@ logged once and ignored from then on; it never breaks a run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
 
-from brain.results import FINISHED_RUN, RunStatus, StepStatus
+from brain.results import FINISHED_RUN, RunResult, RunStatus, StepStatus
 from brain.runner.events import (
     EventHandler,
     LogEvent,
@@ -30,9 +31,6 @@ from brain.runner.events import (
     StepEvent,
     WaitEvent,
 )
-
-if TYPE_CHECKING:
-    from brain.results import RunResult
 
 log = logging.getLogger("brain.runner")
 #: One line per run start and end and per step failure (SPEC §14), with the run's fields as
@@ -55,10 +53,11 @@ class RunObserver(Protocol):
         return None
 
     def run_ended(self, run: RunEvent, result: RunResult, seconds: float) -> None:
-        """The execution that :meth:`run_started` announced returned: ``result`` as the
-        store has it (``waiting`` when only waits were left, ``running`` when the lease was
-        lost); ``seconds`` it took (for a run continued after its waits, the whole run's
-        time from its start)."""
+        """The execution that :meth:`run_started` announced returned or raised:
+        ``result`` as the store has it (``waiting`` when only waits were left, ``running``
+        when the lease was lost or the run could not be read after a raise: whoever takes
+        it next ends it); ``seconds`` it took (for a run continued after its waits, the
+        whole run's time from its start)."""
         return None
 
     def step_started(self, event: StepEvent) -> None:
@@ -202,17 +201,42 @@ class RunLog(RunObserver):
                                    "step": event.step})
 
 
-def announce_start(observers: RunObserver, run: RunEvent) -> Callable[[RunResult], None]:
+def announce_start(observers: RunObserver,
+                   run: RunEvent) -> Callable[[RunResult | None], None]:
     """Tell ``observers`` that ``run``'s execution began; the function returned tells them
     it ended, with the run's result and the time it took (a run ``continued`` after its
-    waits counts from its start)."""
+    waits counts from its start). Given ``None`` (the execution raised and the run could
+    not be read: see :func:`announce_raised`) it tells them the run is ``running``: whoever
+    takes it next ends it, as when a lease is lost."""
     observers.run_started(run)
     t0 = time.monotonic()
 
-    def ended(result: RunResult) -> None:
+    def ended(result: RunResult | None) -> None:
         took = time.monotonic() - t0
-        if run.how == "continued" and result.started_at and result.ended_at:
+        if result is None:
+            result = RunResult(run_id=run.run_id, workflow=run.workflow,
+                               status=RunStatus.RUNNING)
+        elif run.how == "continued" and result.started_at and result.ended_at:
             took = (result.ended_at - result.started_at).total_seconds()
         observers.run_ended(run, result, took)
 
     return ended
+
+
+#: How long the end of an execution that raised waits to read the run before telling it
+#: ``running`` (its database may be what failed).
+READ_AFTER_RAISE_SECONDS = 5.0
+
+
+async def announce_raised(ended: Callable[[RunResult | None], None],
+                          read: Callable[[], Awaitable[RunResult]]) -> None:
+    """Tell ``ended`` (from :func:`announce_start`) of an execution that raised: the run as
+    ``read`` finds it (an interrupted run is recorded ``cancelled``), or left ``running``
+    when it cannot be read within :data:`READ_AFTER_RAISE_SECONDS`. Never raises: the
+    caller goes on raising what stopped the execution."""
+    try:
+        result: RunResult | None = await asyncio.wait_for(asyncio.shield(read()),
+                                                          READ_AFTER_RAISE_SECONDS)
+    except BaseException:
+        result = None
+    ended(result)

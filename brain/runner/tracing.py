@@ -238,11 +238,12 @@ class RunTracing(RunObserver):
             self._end_step(span, str(step.status) if step else str(result.status),
                            step.error if step else None, when=step.ended_at if step else None)
         state.steps.clear()
-        if result.status not in FINISHED_RUN:
-            return  # the lease was lost: whoever has the run now ends it
         with self._lock:
             self._runs.pop(run.run_id, None)
-        self._root(state, result)
+        if result.status in FINISHED_RUN:
+            self._root(state, result)
+        # else its lease was lost, or its execution raised: whoever takes the run next
+        # ends it (its root's ids are stored with it)
 
     def step_started(self, event: StepEvent) -> None:
         state = self._runs.get(event.run_id)

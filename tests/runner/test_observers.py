@@ -171,6 +171,37 @@ def test_an_observer_that_raises_breaks_nothing_and_is_logged_once(
     assert len(complaints) == 1 and "observer broke" in complaints[0].getMessage()
 
 
+def test_an_execution_that_raises_is_told_ended_as_stored(tmp_path: Path) -> None:
+    """A run interrupted while its step runs (its caller's task cancelled, as Ctrl-C
+    does): its observers are told the execution ended, with the run as the store has it
+    (``cancelled``), before the cancellation reaches the caller."""
+
+    @workflow(name="interrupted")
+    def interrupted() -> None:
+        shell("slow", command="sleep 30")
+
+    seen = Recording()
+    url = f"sqlite:///{tmp_path}/i.db"
+
+    async def go() -> str:
+        async with Store(url) as store:
+            task = asyncio.create_task(interrupted.arun(store=store, observers=[seen]))
+            while ("step_started", "slow", "running", 1) not in seen.seen:
+                assert not task.done(), task
+                await asyncio.sleep(0.02)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            runs = await store.list_runs(workflow="interrupted")
+            assert len(runs) == 1
+            return str(runs[0].status)
+
+    assert asyncio.run(go()) == "cancelled"
+    assert [e[:3] for e in seen.seen if e[0] != "step_log"] == [
+        ("run_started", "started"), ("step_started", "slow", "running"),
+        ("step_ended", "slow", "cancelled"), ("run_ended", "started", "cancelled")]
+
+
 def test_metrics_count_runs_and_steps_through_the_observer() -> None:
     @workflow(name="counted")
     def counted() -> None:

@@ -7,6 +7,7 @@ process) and "off means not imported" are in ``test_tracing_processes.py``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import string
 import sys
@@ -194,6 +195,32 @@ async def test_a_retry_is_in_its_originals_trace(receiver: OtlpReceiver, tmp_pat
     retried_step = next(s for s in receiver.named("step second")
                         if s.attributes["brain.run.id"] == retry_id)
     assert retried_step.parent_id == retry.span_id
+
+
+async def test_an_interrupted_run_sends_its_trace(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """A run whose executing task is cancelled (Ctrl-C) while a step runs: its step span
+    and root span are sent, ``cancelled``, and nothing of it is kept open."""
+
+    @workflow
+    def interrupted_traced() -> None:
+        shell("slow", argv=["sleep", "30"])
+
+    context, tracer = traced(receiver)
+    task = asyncio.create_task(run_workflow_now(
+        interrupted_traced, store=f"sqlite:///{tmp_path}/c.db", context=context))
+    while not tracer._runs or not next(iter(tracer._runs.values())).steps:
+        assert not task.done(), task
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert tracer._runs == {}
+    tracer.force_flush()
+    root = receiver.wait_for("invoke_workflow interrupted_traced")[0]
+    assert root.attributes["brain.run.status"] == "cancelled"
+    slow = receiver.wait_for("step slow")[0]
+    assert slow.attributes["brain.step.status"] == "cancelled"
+    assert slow.parent_id == root.span_id
 
 
 async def test_content_only_when_asked_and_scrubbed(receiver: OtlpReceiver, chat: FakeChatServer,
