@@ -30,6 +30,7 @@ _BODY = (
     r"|(?:previous\.|each\.)?[A-Za-z0-9_-]+"
 )
 _SCAN = re.compile(r"\{\{(" + _BODY + r")\}\}|(?<!\$)\{(" + _BODY + r")\}")
+_PLACEHOLDER = re.compile(r"(?<!\$)\{(?:" + _BODY + r")\}")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 RefKind = Literal["step", "previous", "trigger", "each", "params"]
@@ -100,6 +101,18 @@ def parse(text: str) -> tuple[Part, ...]:
     if any(literal):
         parts.append("".join(literal))
     return tuple(parts)
+
+
+def escape(text: str) -> str:
+    """``text`` written so that :func:`parse` reads it back as one literal: each
+    ``{X}`` that would be a placeholder doubled to the ``{{X}}`` escape.
+
+    >>> escape("{name} or ${HOME}")
+    '{{name}} or ${HOME}'
+    >>> parse(escape("{name}"))
+    ('{name}',)
+    """
+    return _PLACEHOLDER.sub(r"{\g<0>}", text)
 
 
 def refs(text: str) -> list[Ref]:

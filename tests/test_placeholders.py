@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 import brain
 from brain import PlaceholderError, shell, trigger, workflow
-from brain.placeholders import Ref, has_placeholders, parse, refs, render
+from brain.placeholders import Ref, escape, has_placeholders, parse, refs, render
 from brain.shell_check import shell_problem
 
 
@@ -150,6 +151,41 @@ def test_escape_and_placeholder_side_by_side() -> None:
 
 def test_double_braces_around_non_placeholder_text_stay_double() -> None:
     assert render("{{not a placeholder}} {{a.b}}", no_lookup) == "{{not a placeholder}} {{a.b}}"
+
+
+_BRACED = st.lists(st.sampled_from(["{", "}", "{{", "}}", "$", "x", "a.b", "previous.", "params.",
+                                     "trigger.body", "each.", "-", " ", "'", "é"]),
+                   max_size=16).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BRACED)
+def test_escaped_text_reads_back_as_the_same_literal(text: str) -> None:
+    """``escape`` of any text parses back to that text, with no placeholder in it."""
+    parts = parse(escape(text))
+    assert not any(isinstance(p, Ref) for p in parts)
+    assert "".join(p for p in parts if isinstance(p, str)) == text
+
+
+def test_an_escaped_placeholder_in_argv_is_a_literal_not_a_refused_script(
+        tmp_path: Path) -> None:
+    """``argv=['sh', '-c', '... {{x}} ...', 'sh', '{x}']``: the script holds the literal
+    text ``{x}``, not a value, so it is accepted (and runs), where ``{x}`` itself is
+    refused."""
+
+    @workflow(name="literal_script")
+    def literal_script() -> None:
+        x = shell("x", argv=["printf", "hi"])
+        shell("use", argv=["sh", "-c", 'printf "%s|%s" "{{x}}" "$1"', "sh", x])
+
+    result = literal_script.run(store=f"sqlite:///{tmp_path}/l.db")
+    assert result.succeeded, result.error
+    assert result.steps["use"].output == "{x}|hi"
+    with pytest.raises(brain.WorkflowDefinitionError, match="script of sh"):
+        @workflow(name="value_script")
+        def value_script() -> None:
+            x = shell("x", argv=["printf", "hi"])
+            shell("use", argv=["sh", "-c", 'printf "%s" "{x}"', "sh"], after=[x])
 
 
 # --- rendering ---------------------------------------------------------------------------------

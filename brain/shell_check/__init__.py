@@ -148,10 +148,11 @@ _STDIN_ADVICE = ("a value must never become code: feed stdin= to a program that 
 
 
 def _argv_command(words: Sequence[str]) -> str:
-    """``argv`` words as the shell command that runs the same: each literal piece quoted,
-    each placeholder bare."""
+    """``argv`` words as the shell command that runs the same: each literal piece quoted
+    (a ``{{x}}`` escape kept an escape), each placeholder bare."""
     return " ".join(
-        "".join(shlex.quote(p) if isinstance(p, str) else p.text for p in placeholders.parse(w))
+        "".join(placeholders.escape(shlex.quote(p)) if isinstance(p, str) else p.text
+                for p in placeholders.parse(w))
         or "''" for w in words)
 
 
