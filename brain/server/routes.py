@@ -331,6 +331,7 @@ async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependenc
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
+        brain.count_delivery(shown, "invalid")
         raise HTTPException(status_code=400, detail="the body is not UTF-8 text") from None
     trigger = TriggerData(event="webhook", body=text, headers=webhooks.stored_headers(headers))
     params = body_params(text, hook.workflow.params_schema)
@@ -341,8 +342,8 @@ async def receive_webhook(request: Request[Any, Any, Any], brain: NamedDependenc
     except QueueFull:
         brain.count_delivery(shown, "throttled")
         raise
-    except WorkflowInputError:
-        brain.count_delivery(shown, "refused")
+    except WorkflowInputError:  # signed, but not what the workflow takes
+        brain.count_delivery(shown, "invalid")
         raise
     brain.count_delivery(shown, "accepted" if created else "duplicate")
     return await _answer(brain, run_id, wait, hook.trigger.wait_seconds)

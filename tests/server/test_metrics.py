@@ -96,6 +96,33 @@ async def test_metrics_count_runs_steps_deliveries_and_fires(
     assert ("brain_runs_queued", ()) in got and ("brain_runs_executing", ()) in got
 
 
+async def test_a_signed_delivery_the_workflow_rejects_counts_invalid_not_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signed deliveries that are not UTF-8 (400) or whose parameters do not validate
+    (422) count ``invalid``; a bad signature still counts ``refused``; nothing is queued."""
+    monkeypatch.setenv("METRICS_HOOK_SECRET", SECRET)
+
+    @workflow(name="typed_hook", triggers=[webhook(secret_env="METRICS_HOOK_SECRET")])
+    def typed_hook(count: int) -> None:
+        shell("got", argv=["echo", "{params.count}"])
+
+    app = create_app([typed_hook], execute=False, triggers=False)
+    async with AsyncTestClient(app, base_url="http://127.0.0.1", timeout=60) as client:
+        for body, status in [(b"\xff\xfe not text", 400), (b'{"count": "many"}', 422)]:
+            r = await client.post("/hooks/typed_hook", content=body,
+                                  headers={"X-Brain-Signature": sign(SECRET, body)})
+            assert r.status_code == status, r.text
+        r = await client.post("/hooks/typed_hook", content=b'{"count": 1}',
+                              headers={"X-Brain-Signature": "sha256=00"})
+        assert r.status_code == 401, r.text
+        got = samples((await client.get("/metrics")).text)
+        listed = await client.get("/api/runs")
+        assert listed.status_code == 200 and listed.json() == [], listed.text
+    deliveries = {dict(labels)["outcome"]: value for (name, labels), value in got.items()
+                  if name == "brain_webhook_deliveries_total"}
+    assert deliveries == {"invalid": 2, "refused": 1}
+
+
 async def test_metrics_need_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRAIN_API_TOKEN", "metrics-token-000")
 
