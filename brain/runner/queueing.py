@@ -15,29 +15,13 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from brain.results import RunResult, TriggerData
 from brain.runner.context import PROCESS_QUEUES, LocalQueue, LocalQueues, env_int
 from brain.runner.workflows import RunnableWorkflow
 from brain.store.base import QueuedRun
-
-
-class QueueStore(Protocol):
-    """The store's side of queueing (``Store`` has it)."""
-
-    async def enqueue_run(self, *, run_id: str, workflow: str, definition_hash: str,
-                          trigger: TriggerData, step_rows: Sequence[tuple[str, str]],
-                          trigger_key: str | None = None, delivery_id: str | None = None,
-                          fire_time: datetime | None = None,
-                          max_queued: int | None = None,
-                          concurrency_key: str | None = None,
-                          params: Mapping[str, Any] | None = None,
-                          step_prints: str | None = None,
-                          version: str | None = None,
-                          trace_context: str | None = None) -> tuple[str | None, bool]:
-        """Commit a queued run; ``(run_id, created)``."""
-        ...
+from brain.store.interfaces import ClaimStore
 
 
 def queue_limit() -> int:
@@ -96,7 +80,7 @@ def concurrency_key_of(template: str | None, trigger: TriggerData,
     return key
 
 
-async def enqueue(store: QueueStore, run: QueuedRun, *, trigger_key: str | None,
+async def enqueue(store: ClaimStore, run: QueuedRun, *, trigger_key: str | None,
                   max_queued: int, delivery_id: str | None = None,
                   fire_time: datetime | None = None) -> tuple[str | None, bool]:
     """Commit ``run`` to the queue; ``(run_id, created)`` (see ``Store.enqueue_run``)."""
@@ -202,6 +186,6 @@ def _new_run_at(wf: RunnableWorkflow, trigger: TriggerData, params: Mapping[str,
                                   for e in exc.errors], exc.workflow) from None
 
 
-__all__ = ["LocalQueue", "QueueStore", "concurrency_key_of", "enqueue", "enqueue_here_or_there",
+__all__ = ["LocalQueue", "concurrency_key_of", "enqueue", "enqueue_here_or_there",
            "enqueue_many_here_or_there", "env_int", "failure_of", "failure_runs", "new_run",
            "queue_limit"]
