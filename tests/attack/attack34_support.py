@@ -1,14 +1,11 @@
-"""Helpers of the attack34 tests (The Brain as an MCP server, SPEC §23; traces, §25): an app
-served by uvicorn in a thread of this process (``create_app`` options passed through), and
-raw JSON-RPC over ``/mcp`` (no SDK client: what an attacker sends)."""
+"""Helpers of the attack34 tests (The Brain as an MCP server, SPEC §23; traces, §25): raw
+JSON-RPC over ``/mcp`` (no SDK client: what an attacker sends). The app is served by
+``serve_support.AppServer``."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,43 +14,6 @@ import httpx
 #: on the stateless server.
 LEGACY = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
           "MCP-Protocol-Version": "2025-11-25"}
-
-
-class Served:
-    """``brain.server.create_app(paths, **options)`` on 127.0.0.1 (a port of the system's
-    choosing), in a thread; settings from this process's environment, set before."""
-
-    def __init__(self, *paths: Path, **options: Any) -> None:
-        import uvicorn
-
-        from brain.server import create_app
-
-        config = uvicorn.Config(create_app([str(p) for p in paths], **options),
-                                host="127.0.0.1", port=0, log_config=None, lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self.client: httpx.Client | None = None
-
-    def __enter__(self) -> Served:
-        self._thread.start()
-        deadline = time.monotonic() + 60
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise AssertionError("the app never started serving")
-            time.sleep(0.02)
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.client is not None:
-            self.client.close()
-        self._server.should_exit = True
-        self._thread.join(60)
-
-    @property
-    def url(self) -> str:
-        sockets = self._server.servers[0].sockets
-        return f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
 
 
 def rpc_body(method: str, params: dict[str, Any] | None = None, rid: int | str = 1) -> str:

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from attack34_support import LEGACY, Served, answer_of, call, rpc_body, run_count
+from attack34_support import LEGACY, answer_of, call, rpc_body, run_count
+from serve_support import AppServer
 from support import serving
 
 TOKEN = "atk34-token-Zq9x7Lw2Vb"
@@ -32,21 +33,21 @@ def touch(tag: str = "x") -> str:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     folder = tmp_path_factory.mktemp("atk34-access")
     (folder / "flows.py").write_text(FLOWS)
-    with serving(lambda: Served(folder / "flows.py"),
+    with serving(lambda: AppServer(folder / "flows.py"),
                  folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="5", BRAIN_API_TOKEN=TOKEN) as app:
         yield app
 
 
 @pytest.fixture(autouse=True)
-def _settings(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+def _settings(served: AppServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRAIN_DATABASE_URL", served.db_url)  # type: ignore[attr-defined]
     monkeypatch.setenv("BRAIN_API_TOKEN", TOKEN)
 
 
-def _raw(served: Served, method: str, path: str, headers: list[tuple[str, str]],
+def _raw(served: AppServer, method: str, path: str, headers: list[tuple[str, str]],
          body: str | None = None) -> httpx.Response:
     """A request with exactly these headers (repeats kept, in order)."""
     with httpx.Client(base_url=served.url, timeout=30) as client:
@@ -57,7 +58,7 @@ def _raw(served: Served, method: str, path: str, headers: list[tuple[str, str]],
         return client.send(request)
 
 
-def test_the_right_bearer_is_served(served: Served) -> None:
+def test_the_right_bearer_is_served(served: AppServer) -> None:
     assert served.client is not None
     answer = call(served.client, "touch", {}, headers=AUTH)
     assert answer.status_code == 200 and "result" in answer_of(answer.text)
@@ -89,7 +90,7 @@ def _wrong_authorizations() -> st.SearchStrategy[list[str]]:
                              "/mcp?authorization=Bearer%20" + TOKEN]),
        cookie=st.booleans())
 def test_without_the_right_bearer_every_request_is_refused_and_starts_nothing(
-        served: Served, authorizations: list[str], method: str, path: str,
+        served: AppServer, authorizations: list[str], method: str, path: str,
         cookie: bool) -> None:
     assert served.client is not None
     before = run_count(served.client, AUTH)
@@ -109,7 +110,7 @@ def test_without_the_right_bearer_every_request_is_refused_and_starts_nothing(
 
 @pytest.mark.parametrize("order", ["right-first", "wrong-first"])
 def test_two_authorization_headers_start_nothing_unless_the_first_is_right(
-        served: Served, order: str) -> None:
+        served: AppServer, order: str) -> None:
     """Which of two headers counts is a choice; a wrong first one with a right second one
     must not be taken as 'maybe' (no mixing), and nothing leaks."""
     assert served.client is not None
@@ -132,7 +133,7 @@ def test_two_authorization_headers_start_nothing_unless_the_first_is_right(
     '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"touch"}}]',
     '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"touch","arguments":'
     '{"tag":"' + "a" * 5_000_000 + '"}}}'])
-def test_malformed_or_huge_bodies_without_the_bearer_are_401(served: Served, body: str) -> None:
+def test_malformed_or_huge_bodies_without_the_bearer_are_401(served: AppServer, body: str) -> None:
     assert served.client is not None
     before = run_count(served.client, AUTH)
     answer = served.client.post("/mcp", content=body, headers=LEGACY)
@@ -151,7 +152,7 @@ def test_malformed_or_huge_bodies_without_the_bearer_are_401(served: Served, bod
     '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"touch","arguments":[]}}',
     '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["touch"]}}'])
 def test_malformed_json_rpc_with_the_bearer_is_a_client_error_and_starts_nothing(
-        served: Served, body: str) -> None:
+        served: AppServer, body: str) -> None:
     assert served.client is not None
     before = run_count(served.client, AUTH)
     answer = served.client.post("/mcp", content=body, headers={**LEGACY, **AUTH})
@@ -181,7 +182,7 @@ def no_token(monkeypatch: pytest.MonkeyPatch) -> None:
     ("127.0.0.1:1", "http://127.0.0.1:2"), ("localhost", "file://"),
     ("localhost", "http://localhost@evil.example")])
 def test_without_a_token_foreign_hosts_and_origins_are_refused(
-        served: Served, host: str, origin: str | None) -> None:
+        served: AppServer, host: str, origin: str | None) -> None:
     assert served.client is not None
     before = run_count(served.client)
     headers = [("host", host), ("accept", LEGACY["Accept"]),
@@ -198,7 +199,7 @@ def test_without_a_token_foreign_hosts_and_origins_are_refused(
 
 
 @pytest.mark.usefixtures("no_token")
-def test_without_a_token_a_loopback_client_of_this_origin_is_served(served: Served) -> None:
+def test_without_a_token_a_loopback_client_of_this_origin_is_served(served: AppServer) -> None:
     assert served.client is not None
     host = served.url.removeprefix("http://")
     answer = call(served.client, "touch", {}, headers={"Origin": f"http://{host}"})

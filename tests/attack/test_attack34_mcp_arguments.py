@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from attack34_support import Served, answer_of, call, run_count
+from attack34_support import answer_of, call, run_count
+from serve_support import AppServer
 from support import serving
 
 FLOWS = '''
@@ -34,16 +35,16 @@ def numbers(name: str, n: int = 1, x: float = 1.0,
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     folder = tmp_path_factory.mktemp("atk34-args")
     (folder / "flows.py").write_text(FLOWS)
-    with serving(lambda: Served(folder / "flows.py"),
+    with serving(lambda: AppServer(folder / "flows.py"),
                  folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="5", BRAIN_API_TOKEN=None) as app:
         yield app
 
 
 @pytest.fixture(autouse=True)
-def _database(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+def _database(served: AppServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRAIN_DATABASE_URL", served.db_url)  # type: ignore[attr-defined]
 
 
@@ -56,7 +57,7 @@ def _raw_call(arguments_json: str) -> str:
                                               ("x", "-Infinity"), ("x", "1e999"),
                                               ("n", "1" + "0" * 400)])
 def test_numbers_the_api_refuses_are_refused_and_start_nothing(
-        served: Served, field: str, value: str) -> None:
+        served: AppServer, field: str, value: str) -> None:
     assert served.client is not None
     arguments = '{"name": "a", "' + field + '": ' + value + "}"
     # The API's rule for the very same value (SPEC §7): 400, nothing queued.
@@ -75,7 +76,7 @@ def test_numbers_the_api_refuses_are_refused_and_start_nothing(
     assert run_count(served.client) == before
 
 
-def test_invalid_arguments_name_the_fields_and_start_nothing(served: Served) -> None:
+def test_invalid_arguments_name_the_fields_and_start_nothing(served: AppServer) -> None:
     assert served.client is not None
     before = run_count(served.client)
     answer = call(served.client, "numbers", {"n": "many", "mode": "c", "extra": 1})
@@ -105,7 +106,7 @@ ARGUMENTS = st.one_of(
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(arguments=ARGUMENTS)
 def test_a_call_either_validates_and_runs_or_is_a_protocol_error_and_runs_nothing(
-        served: Served, arguments: Any) -> None:
+        served: AppServer, arguments: Any) -> None:
     """The oracle is the workflow's own validation (SPEC §21, as the API applies it)."""
     from brain import WorkflowInputError
     from brain.loader import load_file

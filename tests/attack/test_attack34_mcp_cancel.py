@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from attack34_support import LEGACY, Served, call
+from attack34_support import LEGACY, call
+from serve_support import AppServer
 from support import serving
 
 FLOWS = '''
@@ -36,20 +37,20 @@ def slow(seconds: float = 1.0) -> str:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     folder = tmp_path_factory.mktemp("atk34-cancel")
     (folder / "flows.py").write_text(FLOWS)
-    with serving(lambda: Served(folder / "flows.py"),
+    with serving(lambda: AppServer(folder / "flows.py"),
                  folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="6", BRAIN_API_TOKEN=None) as app:
         yield app
 
 
 @pytest.fixture(autouse=True)
-def _database(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+def _database(served: AppServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRAIN_DATABASE_URL", served.db_url)  # type: ignore[attr-defined]
 
 
-def _running_run(served: Served, known: set[str]) -> str:
+def _running_run(served: AppServer, known: set[str]) -> str:
     assert served.client is not None
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -62,7 +63,7 @@ def _running_run(served: Served, known: set[str]) -> str:
     raise AssertionError("the call's run never ran")
 
 
-def _cancel_notification(served: Served, request_id: int) -> None:
+def _cancel_notification(served: AppServer, request_id: int) -> None:
     body = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
                        "params": {"requestId": request_id, "reason": "client B gave up"}})
     with httpx.Client(base_url=served.url, timeout=30) as other:  # another client
@@ -71,7 +72,7 @@ def _cancel_notification(served: Served, request_id: int) -> None:
 
 
 def test_another_clients_cancel_with_the_same_request_id_leaves_my_run_alone(
-        served: Served) -> None:
+        served: AppServer) -> None:
     assert served.client is not None
     known = {r["run_id"] for r in served.client.get("/api/runs").json()}
     answers: list[httpx.Response] = []
@@ -92,7 +93,7 @@ def test_another_clients_cancel_with_the_same_request_id_leaves_my_run_alone(
     assert run["status"] == "succeeded", run["status"]
 
 
-def test_a_cancel_for_an_id_nobody_uses_cancels_nothing(served: Served) -> None:
+def test_a_cancel_for_an_id_nobody_uses_cancels_nothing(served: AppServer) -> None:
     assert served.client is not None
     known = {r["run_id"] for r in served.client.get("/api/runs").json()}
     answers: list[httpx.Response] = []

@@ -21,7 +21,8 @@ from mcp_support import mcp_client
 from support import serving
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from attack34_support import Served, answer_of, call, rpc_body, run_count
+from attack34_support import answer_of, call, rpc_body, run_count
+from serve_support import AppServer
 
 from brain.store import Store
 
@@ -61,11 +62,11 @@ def fading() -> str:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     folder = tmp_path_factory.mktemp("atk34-exposure")
     (folder / "flows.py").write_text(FLOWS)
     (folder / "fading.py").write_text(RELOADED)
-    with serving(lambda: Served(folder / "flows.py", folder / "fading.py",
+    with serving(lambda: AppServer(folder / "flows.py", folder / "fading.py",
                      reload_paths=[str(folder / "fading.py")]),
                  folder / "brain.db", BRAIN_MCP_WAIT_SECONDS="4", BRAIN_API_TOKEN=None) as app:
         app.folder = folder  # type: ignore[attr-defined]
@@ -73,7 +74,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 @pytest.fixture(autouse=True)
-def _database(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+def _database(served: AppServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRAIN_DATABASE_URL", served.db_url)  # type: ignore[attr-defined]
 
 
@@ -82,7 +83,7 @@ async def _run(run_id: str) -> Any:
         return await store.get_run(run_id)
 
 
-def _tools(served: Served) -> list[str]:
+def _tools(served: AppServer) -> list[str]:
     assert served.client is not None
     answer = served.client.post("/mcp", content=rpc_body("tools/list"), headers={
         "Accept": "application/json, text/event-stream", "Content-Type": "application/json",
@@ -90,7 +91,7 @@ def _tools(served: Served) -> list[str]:
     return [t["name"] for t in answer_of(answer.text)["result"]["tools"]]
 
 
-def _waiting(served: Served, workflow: str, service: str) -> str:
+def _waiting(served: AppServer, workflow: str, service: str) -> str:
     assert served.client is not None
     run_id = served.client.post(f"/api/workflows/{workflow}/runs",
                                 json={"params": {"service": service}}).json()["run_id"]
@@ -107,7 +108,7 @@ def _waiting(served: Served, workflow: str, service: str) -> str:
 
 
 def test_only_mcp_workflows_are_listed_and_brain_run_is_the_built_in_once(
-        served: Served) -> None:
+        served: AppServer) -> None:
     names = _tools(served)
     assert "hidden" not in names
     assert names.count("brain_run") == 1
@@ -118,7 +119,7 @@ def test_only_mcp_workflows_are_listed_and_brain_run_is_the_built_in_once(
     "hidden", "Hidden", "HIDDEN", "hidden ", " hidden", "hidden\u200b", "h\u0456dden",
     "\uff48\uff49\uff44\uff44\uff45\uff4e", "hidden\x00", "flows.hidden", "flows:hidden",
     "../hidden", "hidden/", "hidde", "hidden?x=1", "brain_run ", "BRAIN_RUN"])
-def test_a_workflow_not_declared_mcp_cannot_be_called(served: Served, name: str) -> None:
+def test_a_workflow_not_declared_mcp_cannot_be_called(served: AppServer, name: str) -> None:
     assert served.client is not None
     before = run_count(served.client)
     message = answer_of(call(served.client, name, {}).text)
@@ -128,7 +129,7 @@ def test_a_workflow_not_declared_mcp_cannot_be_called(served: Served, name: str)
                 if r["trigger"]["event"] == "mcp"]
 
 
-def test_calling_brain_run_never_runs_the_workflow_named_brain_run(served: Served) -> None:
+def test_calling_brain_run_never_runs_the_workflow_named_brain_run(served: AppServer) -> None:
     assert served.client is not None
     before = run_count(served.client)
     message = answer_of(call(served.client, "brain_run", {"run_id": "x"}).text)
@@ -136,7 +137,7 @@ def test_calling_brain_run_never_runs_the_workflow_named_brain_run(served: Serve
     assert run_count(served.client) == before
 
 
-def test_a_reload_that_drops_mcp_true_takes_the_tool_away(served: Served) -> None:
+def test_a_reload_that_drops_mcp_true_takes_the_tool_away(served: AppServer) -> None:
     assert served.client is not None
     folder: Path = served.folder  # type: ignore[attr-defined]
     assert "fading" in _tools(served)
@@ -157,14 +158,14 @@ def test_a_reload_that_drops_mcp_true_takes_the_tool_away(served: Served) -> Non
 
 
 @pytest.mark.parametrize("prefix", ["", "%", "_", "0" * 33, "g", "' or 1=1 --", "*"])
-def test_brain_run_takes_only_what_the_api_takes(served: Served, prefix: str) -> None:
+def test_brain_run_takes_only_what_the_api_takes(served: AppServer, prefix: str) -> None:
     assert served.client is not None
     message = answer_of(call(served.client, "brain_run", {"run_id": prefix}).text)
     assert message["error"]["code"] == -32602
     assert "run_id" in message["error"]["message"] or "no run" in message["error"]["message"]
 
 
-def test_brain_run_reads_a_run_as_the_api_does(served: Served) -> None:
+def test_brain_run_reads_a_run_as_the_api_does(served: AppServer) -> None:
     """The docs promise any run is readable with the MCP door's key (as with the API's);
     an ambiguous prefix is refused, a unique one answers, as ``/api/runs/{id}``."""
     assert served.client is not None
@@ -190,7 +191,7 @@ def _answering(approve: bool, asked: list[str]) -> Any:
     return answer
 
 
-async def test_an_approval_asked_through_brain_run_is_recorded(served: Served) -> None:
+async def test_an_approval_asked_through_brain_run_is_recorded(served: AppServer) -> None:
     run_id = _waiting(served, "deploy", "via-brain-run")
     asked: list[str] = []
     try:
@@ -221,7 +222,7 @@ def _yes(approve: bool = True, step: str = "go") -> dict[str, Any]:
 
 
 async def test_sealed_state_cannot_be_replayed_bent_or_used_after_a_cancel(
-        served: Served) -> None:
+        served: AppServer) -> None:
     from mcp.shared.exceptions import MCPError
 
     assert served.client is not None
@@ -272,7 +273,7 @@ async def test_sealed_state_cannot_be_replayed_bent_or_used_after_a_cancel(
         assert after.status == "cancelled" and after.steps["go"].decision is None
 
 
-async def test_the_first_decision_wins_between_the_api_and_mcp(served: Served) -> None:
+async def test_the_first_decision_wins_between_the_api_and_mcp(served: AppServer) -> None:
     assert served.client is not None
     async with mcp_client(served.url + "/mcp",
                           elicitation_callback=_answering(True, [])) as client:
@@ -302,7 +303,7 @@ async def test_the_first_decision_wins_between_the_api_and_mcp(served: Served) -
             assert mcp_answer is not None
 
 
-async def test_a_client_that_cannot_ask_never_approves(served: Served) -> None:
+async def test_a_client_that_cannot_ask_never_approves(served: AppServer) -> None:
     async with mcp_client(served.url + "/mcp") as client:  # no elicitation callback
         result = await client.call_tool("deploy", {"service": "no-ask"})
     run_id = result.structured_content["run_id"]

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from attack34_support import Served, answer_of, call
+from attack34_support import answer_of, call
+from serve_support import AppServer
 
 FLOWS = '''
 from brain import shell, webhook, workflow
@@ -52,7 +53,7 @@ def test_an_mcp_call_continues_the_clients_trace(tmp_path: Path,
         monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
         monkeypatch.setattr("brain.runner.tracing.process_tracing", lambda **_: tracer)
         parent = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
-        with Served(tmp_path / "flows.py") as app:
+        with AppServer(tmp_path / "flows.py") as app:
             assert app.client is not None
             answer = call(app.client, "hello", {"name": "traced"},
                           meta={"traceparent": parent}, headers={"traceparent": parent})

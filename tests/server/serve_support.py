@@ -94,7 +94,7 @@ class BrainServer:
     def client(self) -> httpx.Client:
         """An HTTP client for this server (``base_url`` set), closed by :meth:`stop`."""
         if self._client is None:
-            self._client = httpx.Client(base_url=self.url, timeout=30)
+            self._client = httpx.Client(base_url=self.url, timeout=60)
         return self._client
 
     def wait_port(self, seconds: float = 60.0) -> int:
@@ -247,15 +247,16 @@ class AppServer:
     thread of this process on 127.0.0.1 (a port of the system's choosing): real HTTP on
     loopback, for tests whose point is the API, not the ``brain serve`` process (its start-up,
     signals, exit codes and crashes keep their subprocess tests). Settings come from this
-    process's environment (``BRAIN_DATABASE_URL``, ``BRAIN_API_TOKEN``, ...), set before."""
+    process's environment (``BRAIN_DATABASE_URL``, ``BRAIN_API_TOKEN``, ...), set before;
+    ``options`` go to ``create_app``."""
 
-    def __init__(self, *paths: Path) -> None:
+    def __init__(self, *paths: Path, **options: Any) -> None:
         import uvicorn
 
         from brain.server import create_app
 
-        config = uvicorn.Config(create_app([str(p) for p in paths]), host="127.0.0.1", port=0,
-                                log_config=None, lifespan="on")
+        config = uvicorn.Config(create_app([str(p) for p in paths], **options), host="127.0.0.1",
+                                port=0, log_config=None, lifespan="on")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="brain-app-server",
                                         daemon=True)
@@ -287,5 +288,5 @@ class AppServer:
     def client(self) -> httpx.Client:
         """An HTTP client for this server (``base_url`` set), closed on exit."""
         if self._client is None:
-            self._client = httpx.Client(base_url=self.url, timeout=30)
+            self._client = httpx.Client(base_url=self.url, timeout=60)
         return self._client
