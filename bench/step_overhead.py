@@ -28,25 +28,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: The child's first line: ``bench/`` on its path, for ``_chain``.
+FIND_CHAIN = f"import sys; sys.path.insert(0, {str(REPO / 'bench')!r})\n"
 
-CHAIN = r'''
-import asyncio, json, resource, statistics, sys, time
-from brain import step, workflow
-from brain.store import Store
+CHAIN = FIND_CHAIN + r'''
+import json, resource, statistics, sys, time
+from _chain import chain_workflow
 
 N = int(sys.argv[1]); URL = sys.argv[2]
-
-@step
-def inc(x: str) -> str:
-    return x
-
-def chain():
-    node = inc("0")
-    for _ in range(N - 1):
-        node = inc(node)
-
 t0 = time.perf_counter()
-wf = workflow(name=f"chain{N}")(chain)
+wf = chain_workflow(N)
 trace_s = time.perf_counter() - t0
 t0 = time.perf_counter()
 result = wf(store=URL)

@@ -27,23 +27,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+#: The child's first line: ``bench/`` on its path, for ``_chain``.
+FIND_CHAIN = f"import sys; sys.path.insert(0, {str(REPO / 'bench')!r})\n"
 
-CHAIN = r'''
+CHAIN = FIND_CHAIN + r'''
 import json, sys, time
-from brain import step, workflow
+from _chain import chain_workflow
 
 N = int(sys.argv[1]); URL = sys.argv[2]
-
-@step
-def inc(x: str) -> str:
-    return x
-
-def chain():
-    node = inc("0")
-    for _ in range(N - 1):
-        node = inc(node)
-
-wf = workflow(name=f"chain{N}")(chain)
+wf = chain_workflow(N)
 # The process's tracer is made once (importing the SDK and the exporter): timed apart.
 from brain.runner.context import RunContext
 t0 = time.perf_counter()
