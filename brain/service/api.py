@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from brain._errors import BrainError, RunConflict, RunNotFound, StepNotFound
@@ -199,17 +200,27 @@ class BrainApi:
         return changed_since_start(run, definition_of(wf))
 
     async def stale(self, workflows: Mapping[str, RunnableWorkflow] | None = None, *,
-                    limit: int = 1000) -> list[tuple[RunResult, str]]:
-        """The waiting runs (up to ``limit``, newest first) that the loaded definitions
-        (``workflows``, by default this service's) would fail when they continue, each with
-        why (see :meth:`stale_reason`)."""
+                    page: int = 500) -> list[tuple[RunResult, str]]:
+        """Every waiting run (newest first) that the loaded definitions (``workflows``, by
+        default this service's) would fail when it continues, each with why (see
+        :meth:`stale_reason`); the waiting runs of each workflow are read ``page`` at a
+        time."""
         loaded = self.workflows if workflows is None else workflows
         found = []
-        for run in await self.runs(status="waiting", limit=limit):
-            wf = loaded.get(run.workflow)
-            reason = None if wf is None else await self.stale_reason(run.run_id, wf)
-            if reason is not None:
-                found.append((run, reason))
+        for name, wf in loaded.items():
+            offset = 0
+            while True:
+                runs = await self.runs(workflow=name, status="waiting", limit=page,
+                                       offset=offset)
+                for run in runs:
+                    reason = await self.stale_reason(run.run_id, wf)
+                    if reason is not None:
+                        found.append((run, reason))
+                if len(runs) < page:
+                    break
+                offset += page
+        found.sort(key=lambda item: item[0].created_at or datetime.min.replace(tzinfo=UTC),
+                   reverse=True)
         return found
 
     # --- waits -----------------------------------------------------------------------------

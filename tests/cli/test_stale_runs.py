@@ -120,3 +120,34 @@ def test_stale_runs_are_listed_warned_about_and_noticed(
     assert f'<code class="version">{first}</code>' in fine_page
     assert ended_page.count('data-action="retry-from"') == 3
     assert 'data-action="retry-from"' not in stale_page  # a waiting run has not ended
+
+
+def test_every_stale_run_is_found_however_many_pages(tmp_path: Path, db_url: str) -> None:
+    """Seven waiting runs read two at a time: each of the five a change fails is found,
+    newest first; the two of the unchanged workflow are not."""
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    workflows = load_file(_write(folder))
+
+    async def go() -> tuple[list[str], list[str]]:
+        service = BrainService(workflows, store=Store(db_url), triggers=False)
+        await service.start()
+        try:
+            api = service.api
+            started = [(await api.start(name))[0] for name in ["deploy"] * 5 + ["other"] * 2]
+            for _ in range(600):
+                runs = [await api.run(i, with_steps=False) for i in started]
+                if all(str(r.status) == "waiting" for r in runs):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the runs never all waited")
+            changed = load_file(_write(folder, deploy_build="2"))
+            found = await api.stale(changed, page=2)
+            assert {why for _, why in found} == {REASON}
+            return [r.run_id for r, _ in found], started
+        finally:
+            await service.stop(grace_seconds=1)
+
+    found, started = asyncio.run(go())
+    assert found == started[:5][::-1]
