@@ -64,7 +64,7 @@ LONG = """
     @workflow
     def longrun():
         shell("before", command="echo start")
-        shell("wait", command="echo $$ > step.pid; sleep 30", timeout_seconds=120)
+        shell("wait", command="echo $$ > step.pid; sleep 300", timeout_seconds=600)
         shell("after", command="echo done")
 """
 
@@ -544,15 +544,18 @@ def test_cancel_from_another_process_stops_the_run(tmp_path: Path, brain_cmd: li
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pgid = None
     try:
-        run_id, step = wait_for(lambda: running_step(tmp_path / "brain.db"), 20, "a running step")
-        assert step == "wait"
-        pgid = read_pid(pid_file, 10)
+        def waiting_step() -> tuple[str, str] | None:
+            found = running_step(tmp_path / "brain.db")  # ("before" may be seen first)
+            return found if found is not None and found[1] == "wait" else None
+
+        run_id, _ = wait_for(waiting_step, 60, "step 'wait' to run")
+        pgid = read_pid(pid_file, 30)
         assert group_alive(pgid)
 
         cancel = brain(brain_cmd, "cancel", run_id)
         assert cancel.returncode == 0, cancel.stderr
 
-        _, stderr = proc.communicate(timeout=15)  # far less than the 30 s sleep
+        _, stderr = proc.communicate(timeout=60)  # far less than the 300 s sleep
         assert proc.returncode == 1
         assert "cancelled" in stderr
 

@@ -149,8 +149,13 @@ def test_kill_9_inside_a_block_with_parallel_steps_then_resume(
     try:
         wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30,
                  "instance c to start its slow sibling")
-        wait_for(lambda: (tmp_path / "left-c.txt").exists(), 10, "c's other sibling")
-        wait_for(lambda: _status(tmp_path / "brain.db", "right[2]") == "running", 10,
+        # c's other sibling ended and its end is written (its file alone comes before that),
+        # and so did instance d (it runs beside c): a step the kill cuts runs again, once
+        # more, on resume, so only right[2] may be running when it comes
+        for name in ("left[2]", "join[3]"):
+            wait_for(lambda name=name: _status(tmp_path / "brain.db", name) == "succeeded", 60,
+                     f"the end of {name}")
+        wait_for(lambda: _status(tmp_path / "brain.db", "right[2]") == "running", 60,
                  "the slow sibling's running mark")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)

@@ -53,7 +53,7 @@ def test_killed_run_is_resumed_without_rerunning_finished_steps(
     try:
         wait_for(lambda: (tmp_path / "marker").exists() and (tmp_path / "slow.pid").exists()
                  and (tmp_path / "slow.pid").read_text().strip(), 30, "step 'slow' to start")
-        run_id, step = wait_for(lambda: running_step(tmp_path / "brain.db"), 10, "a running step")
+        run_id, step = wait_for(lambda: running_step(tmp_path / "brain.db"), 30, "a running step")
         assert step == "slow"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)

@@ -157,3 +157,29 @@ def test_brain_retry_from(tmp_path: Path, brain_cmd: list[str], db_url: str) -> 
     shown = json.loads(brain("show", retry["run_id"], "--json").stdout)
     assert {s["name"]: s["status"] for s in shown["steps"]} == {
         "a": "succeeded", "b": "succeeded", "d": "succeeded", "c": "pending"}
+
+
+def test_brain_retry_with_paths_refuses_a_changed_kept_step_up_front(
+        tmp_path: Path, brain_cmd: list[str], db_url: str) -> None:
+    """``brain retry RUN_ID PATH``: with the workflow files as deployed loaded, a retry
+    whose kept step changed since is exit 2 naming it, and nothing is queued; the same
+    retry from a step upstream of the change is queued."""
+    wf = flow(tmp_path)
+    (tmp_path / "ok").touch()
+    env = dict(os.environ, BRAIN_DATABASE_URL=db_url)
+
+    def brain(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*brain_cmd, *args], capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    first = json.loads(brain("run", wf.spec.source_file, "--json").stdout)
+    assert first["status"] == "succeeded"
+    flow(tmp_path, v_b="2")  # b changes: a retry from c keeps it
+    refused = brain("retry", first["run_id"][:10], "--from", "c", str(tmp_path))
+    assert refused.returncode == 2, refused.stderr
+    assert "step 'b' (command changed)" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert len(json.loads(brain("runs", "--json").stdout)) == 1  # nothing queued
+    queued = brain("retry", first["run_id"][:10], "--from", "b", str(tmp_path))
+    assert queued.returncode == 0, queued.stderr
+    assert len(json.loads(brain("runs", "--json").stdout)) == 2
