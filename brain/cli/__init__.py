@@ -193,6 +193,9 @@ def _run_commands(sub: Any) -> None:
     p = sub.add_parser("retry", help="queue a failed or cancelled run again: steps that "
                                      "succeeded keep their outputs, the others run")
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="the workflow files or folders as deployed: refuse the retry now "
+                        "when a step it keeps changed since (default: load none)")
     p.add_argument("--from", dest="from_step", metavar="STEP",
                    help="run STEP and every step downstream of it again (on the current "
                         "definition); the others keep their outputs")
@@ -317,7 +320,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "paths", None), list) \
+            and not any(e.startswith("-") for e in extra):
+        args.paths += extra  # ``brain retry RUN --from STEP PATH``: PATHs after an option
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help(sys.stderr)
         raise SystemExit(2)

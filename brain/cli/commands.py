@@ -10,7 +10,7 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,11 +48,13 @@ def in_store(fn: Callable[[Store], Awaitable[T]]) -> T:
     return asyncio.run(go())
 
 
-def with_api(fn: Callable[[BrainApi], Awaitable[T]]) -> T:
-    """Open the configured store, run ``fn`` with the application core on it, close it."""
+def with_api(fn: Callable[[BrainApi], Awaitable[T]],
+             workflows: Mapping[str, Workflow] | None = None) -> T:
+    """Open the configured store, run ``fn`` with the application core on it (checking
+    against ``workflows`` when given), close it."""
     from brain.service.api import BrainApi
 
-    return in_store(lambda store: fn(BrainApi(store)))
+    return in_store(lambda store: fn(BrainApi(store, workflows=workflows)))
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -299,13 +301,20 @@ def cmd_workers(args: argparse.Namespace) -> int:
 def cmd_retry(args: argparse.Namespace) -> int:
     """Queue a retry of a failed or cancelled run (``--from STEP``: of an ended run, from
     that step), unless another run retries it already (exit 1, naming that run, as the API
-    answers 409). A step the workflow does not have is exit 2; a kept step that changed
-    since fails the retry when it is taken (SPEC §24: this command loads no workflow)."""
+    answers 409). A step the workflow does not have is exit 2. A kept step that changed
+    since: with ``PATH...`` (the workflow files as deployed), exit 2 and nothing queued;
+    without, the retry fails when it is taken (SPEC §24)."""
     from brain._errors import WORKFLOW_CHANGED, RunConflict
     from brain.service.api import AlreadyRetried
 
+    loaded = None
+    if args.paths:
+        from brain.loader import discover
+
+        loaded = discover(args.paths)
     try:
-        new_id, _ = with_api(lambda api: api.retry(args.run_id, from_step=args.from_step))
+        new_id, _ = with_api(lambda api: api.retry(args.run_id, from_step=args.from_step),
+                             loaded)
     except AlreadyRetried as exc:
         latest = exc.retried_by[:12]
         render.error(f"{exc} (brain retry {latest}); see it with brain show {latest}")

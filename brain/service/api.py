@@ -83,9 +83,13 @@ class BrainApi:
     :class:`InvalidInput`.
     """
 
-    def __init__(self, store: Store, service: BrainService | None = None) -> None:
+    def __init__(self, store: Store, service: BrainService | None = None, *,
+                 workflows: Mapping[str, Workflow] | None = None) -> None:
+        """``workflows``: the definitions to check against where there is no service (``brain
+        retry RUN_ID PATH...`` loads them)."""
         self._store = store
         self._service = service
+        self._loaded = workflows or {}
 
     @property
     def store(self) -> Store:
@@ -94,8 +98,8 @@ class BrainApi:
 
     @property
     def workflows(self) -> Mapping[str, Workflow]:
-        """The loaded workflows by name (none without a service)."""
-        return self._service.workflows if self._service is not None else {}
+        """The loaded workflows by name: the service's, else those given (or none)."""
+        return self._service.workflows if self._service is not None else self._loaded
 
     def workflow(self, name: str) -> Workflow:
         """The loaded workflow ``name``; :class:`UnknownWorkflow` when there is none."""
@@ -158,9 +162,10 @@ class BrainApi:
         :class:`RunConflict` when the run is active or (without ``from_step``) succeeded;
         :class:`AlreadyRetried` (a ``RunConflict``) when another run retries it already
         (retry that one); :class:`InvalidInput` for a step its workflow does not have.
-        With a service, :class:`RunConflict` when its workflow is not served here, or when
-        a step the retry keeps changed since (``workflow changed since the run started:
-        step 'NAME' (...)``); without one, that rule is applied when the retry is taken.
+        With a service, :class:`RunConflict` when its workflow is not served here; with its
+        workflow loaded (a service's, or given), when a step the retry keeps changed since
+        (``workflow changed since the run started: step 'NAME' (...)``); without it, that
+        rule is applied when the retry is taken.
         Nothing is queued when any of these is raised."""
         full = await self._store.resolve_id(run_id)
         row = await self._store.run_row(full)
@@ -170,7 +175,7 @@ class BrainApi:
         if self._service is not None and wf is None:
             raise RunConflict(f"workflow {row.workflow!r} is not served here")
         rerun = None if from_step is None else _downstream(row, wf, from_step)
-        if wf is not None:  # (a service: the runner is loaded)
+        if wf is not None:
             from brain.runner.claimed import definition_of, stored_run
             from brain.runner.lifecycle import retry_refusal
 
