@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -128,9 +128,9 @@ async def test_a_plain_retry_after_a_later_step_changed_runs_the_new_code(tmp_pa
     assert counts(tmp_path) == {"a": 1, "b": 1, "c": 2, "d": 1}
 
 
-def test_brain_retry_from(tmp_path: Path, brain_cmd: list[str], db_url: str) -> None:
-    """The CLI: ``--from`` queues exactly the downstream steps again; an unknown step is
-    exit 2 and queues nothing; a second retry is exit 1, naming the first."""
+def _cli_ran(tmp_path: Path, brain_cmd: list[str], db_url: str
+             ) -> tuple[Callable[..., subprocess.CompletedProcess[str]], dict[str, Any]]:
+    """The ``brain`` command on the test's database, and a succeeded ``brain run`` of chain."""
     wf = flow(tmp_path)
     (tmp_path / "ok").touch()
     env = dict(os.environ, BRAIN_DATABASE_URL=db_url)
@@ -141,6 +141,13 @@ def test_brain_retry_from(tmp_path: Path, brain_cmd: list[str], db_url: str) -> 
 
     first = json.loads(brain("run", wf.spec.source_file, "--json").stdout)
     assert first["status"] == "succeeded"
+    return brain, first
+
+
+def test_brain_retry_from(tmp_path: Path, brain_cmd: list[str], db_url: str) -> None:
+    """The CLI: ``--from`` queues exactly the downstream steps again; an unknown step is
+    exit 2 and queues nothing; a second retry is exit 1, naming the first."""
+    brain, first = _cli_ran(tmp_path, brain_cmd, db_url)
     unknown = brain("retry", first["run_id"][:10], "--from", "nope")
     assert unknown.returncode == 2 and "has no step 'nope'" in unknown.stderr
     assert "Traceback" not in unknown.stderr
@@ -164,16 +171,7 @@ def test_brain_retry_with_paths_refuses_a_changed_kept_step_up_front(
     """``brain retry RUN_ID PATH``: with the workflow files as deployed loaded, a retry
     whose kept step changed since is exit 2 naming it, and nothing is queued; the same
     retry from a step upstream of the change is queued."""
-    wf = flow(tmp_path)
-    (tmp_path / "ok").touch()
-    env = dict(os.environ, BRAIN_DATABASE_URL=db_url)
-
-    def brain(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*brain_cmd, *args], capture_output=True, text=True, env=env,
-                              timeout=60)
-
-    first = json.loads(brain("run", wf.spec.source_file, "--json").stdout)
-    assert first["status"] == "succeeded"
+    brain, first = _cli_ran(tmp_path, brain_cmd, db_url)
     flow(tmp_path, v_b="2")  # b changes: a retry from c keeps it
     refused = brain("retry", first["run_id"][:10], "--from", "c", str(tmp_path))
     assert refused.returncode == 2, refused.stderr
