@@ -1,0 +1,375 @@
+"""Attack (SPEC §3 shell safety for ``argv=``/``server_command``, the ``{{X}}`` escape; SPEC §6
+command lines with ``PATH...``).
+
+Breaks (each an ``xfail(strict=True)`` test that passes once fixed):
+
+* A short-option cluster that ends in an option taking an argument (``bash -eo pipefail
+  {x}``, ``timeout -vk 1 5 {x}``, ``env -iC DIR {x}``, ``xargs -rn 1 {x}``, ``python3 -bX
+  dev {x}``): the check matches ``arg_options`` only as whole words, so it takes the option's
+  argument for the script or the program, and the value (the real script or program) for
+  data.
+* Options that take an argument missing from a row (``python3 --check-hash-based-pycs
+  default {x}``, ``node --title t {x}``/``--import M``/``-C COND``, ``gawk -i F {x}``/``-l
+  EXT``): same effect, the value is the program text or the script.
+* Programs missing from the table that run their arguments (``cmake -E env {x}``,
+  ``toybox sh -c {x}``, Homebrew's ``gtimeout``/``genv``/``gxargs``).
+* False alarms: argv data is judged as shell text, so a literal argv word such as ``_``,
+  ``^((a|b))$``, ``cost: $ 5`` or a ``\\r`` refuses the whole step though no shell runs.
+* ``brain retry RUN PATH`` with a folder (or file) holding no workflow, or only other
+  workflows, queues the retry unchecked, exit 0; ``brain runs --stale EMPTY`` answers
+  "no waiting run would fail" (``brain check EMPTY`` is exit 2); ``--from`` given twice
+  silently keeps the last; ``brain retry RUN --from STEP -- PATH`` is refused.
+
+Held: ``parse(escape(t)) == t``; an escaped ``{{x}}`` never gets a value (argv, and shell
+commands run by ``sh``); bad ``retry`` paths (missing, syntax error, option-looking) are exit
+2 with one line and nothing queued; other commands refuse extra words.
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m pytest -n 0 -p no:cacheprovider
+tests/attack/test_attack_argv.py -q``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+
+from brain import WorkflowDefinitionError, placeholders, shell, workflow
+from brain.shell_check import argv_problem, render_command, shell_problem
+
+PY_CODE = "-cimport pathlib; pathlib.Path('PWNED').touch()"
+NODE_CODE = "--eval=require('fs').writeFileSync('PWNED', '')"
+AWK_CODE = 'BEGIN { system("touch PWNED") }'
+EVIL_SCRIPT = "./evil.sh"
+
+#: What each program is tricked into running: its value (the step's hostile input).
+HOSTILE = {"bash": EVIL_SCRIPT, "python3": PY_CODE, "node": NODE_CODE, "gawk": AWK_CODE,
+           "env": "touch", "timeout": "touch", "xargs": "touch", "cmake": "touch"}
+
+
+def _setup(d: Path) -> None:
+    (d / "evil.sh").write_text("#!/bin/sh\ntouch PWNED\n")
+    (d / "evil.sh").chmod(0o755)
+    (d / "a.mjs").write_text("")
+    (d / "inc").write_text("")
+
+
+def _runs_value(argv: list[str], value: str, d: Path) -> bool:
+    """Run ``argv`` with ``{x}`` replaced by ``value`` in ``d``: whether PWNED appeared."""
+    real = [value if w == "{x}" else w.replace("@DIR", str(d)) for w in argv]
+    try:
+        subprocess.run(real, cwd=d, input=b"PWNED\n", capture_output=True, timeout=20,
+                       check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return (d / "PWNED").exists()
+
+
+def _installed(program: str) -> bool:
+    return shutil.which(program) is not None
+
+
+def _marker_free_or_refused(tmp_path: Path, argv: list[str], value: str) -> None:
+    """The promise: refused at definition time, or a real run leaves no marker."""
+    work = tmp_path / "work"
+    work.mkdir()
+    _setup(work)
+    words = [w.replace("@DIR", str(work)) for w in argv]
+    try:
+        @workflow
+        def hole() -> None:
+            shell("s", argv=[*(w if w != "{x}" else "{trigger.body}" for w in words)],
+                  cwd=str(work), stdin="PWNED\n")
+    except WorkflowDefinitionError:
+        return
+    hole.run({"body": value}, store=f"sqlite:///{tmp_path}/x.db")
+    assert not (work / "PWNED").exists(), f"{argv} with {value!r} ran the value"
+
+
+# -- Promise 1: holes --------------------------------------------------------------------
+
+CLUSTERS = [
+    (["bash", "-eo", "pipefail", "{x}"], EVIL_SCRIPT),
+    (["timeout", "-vk", "1", "5", "{x}", "PWNED"], "touch"),
+    (["env", "-iC", "@DIR", "{x}", "PWNED"], "touch"),
+    (["xargs", "-rn", "1", "{x}"], "touch"),
+    (["python3", "-bX", "dev", "{x}"], PY_CODE),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="an option cluster ending in an option that takes an "
+                                       "argument (-eo pipefail, -vk 1, -iC DIR, -rn 1, -bX dev) "
+                                       "is read as a flag: its argument is taken for the "
+                                       "script/program, the value for data")
+@pytest.mark.parametrize(("argv", "value"), CLUSTERS, ids=lambda a: " ".join(a)[:30])
+def test_option_cluster_taking_an_argument(tmp_path: Path, argv: list[str], value: str) -> None:
+    if not _installed(argv[0]):
+        pytest.skip(f"{argv[0]} not installed")
+    _marker_free_or_refused(tmp_path, argv, value)
+
+
+UNLISTED = [
+    (["python3", "--check-hash-based-pycs", "default", "{x}"], PY_CODE),
+    (["node", "--title", "t", "{x}"], NODE_CODE),
+    (["node", "--import", "./a.mjs", "{x}"], NODE_CODE),
+    (["node", "-C", "cond", "{x}"], NODE_CODE),
+    (["gawk", "-i", "inc", "{x}"], AWK_CODE),
+    (["gawk", "--include", "inc", "{x}"], AWK_CODE),
+    (["gawk", "-l", "ordchr", "{x}"], AWK_CODE),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="options taking an argument are missing from the "
+                                       "python/node/gawk rows: the argument is taken for the "
+                                       "program text, the value (the real program) for data")
+@pytest.mark.parametrize(("argv", "value"), UNLISTED, ids=lambda a: " ".join(a)[:30])
+def test_option_with_argument_missing_from_row(tmp_path: Path, argv: list[str],
+                                               value: str) -> None:
+    if not _installed(argv[0]):
+        pytest.skip(f"{argv[0]} not installed")
+    _marker_free_or_refused(tmp_path, argv, value)
+
+
+@pytest.mark.xfail(strict=True, reason="cmake -E env runs the program named after it; "
+                                       "cmake is not in the table")
+def test_cmake_e_env_runs_the_value(tmp_path: Path) -> None:
+    if not _installed("cmake"):
+        pytest.skip("cmake not installed")
+    _marker_free_or_refused(tmp_path, ["cmake", "-E", "env", "{x}", "PWNED"], "touch")
+
+
+@pytest.mark.xfail(strict=True, reason="programs that run their arguments but are missing from "
+                                       "the table (not installed here, so judged statically)")
+@pytest.mark.parametrize("argv", [
+    ["toybox", "sh", "-c", "{x}"],  # a multi-call binary, like busybox (which is listed)
+    ["gtimeout", "5", "{x}"],  # Homebrew coreutils' names of timeout, env, xargs
+    ["genv", "{x}"],
+    ["gxargs", "{x}"],
+    ["cmake", "-P", "{x}"],
+], ids=lambda a: " ".join(a))
+def test_program_missing_from_table(argv: list[str]) -> None:
+    assert argv_problem(argv) is not None
+
+
+# A generated search: for the installed programs, random option words before the value;
+# whatever the check accepts must not run the value.
+_POOLS = {
+    "bash": ["-e", "-x", "-u", "-eo", "-xo", "-euo", "-o", "pipefail", "posix", "--norc"],
+    "python3": ["-b", "-u", "-I", "-bX", "-X", "dev", "-bW", "-W", "ignore",
+                "--check-hash-based-pycs", "default"],
+    "node": ["--no-warnings", "--title", "t", "--import", "./a.mjs", "-C", "cond",
+             "--input-type", "commonjs"],
+    "gawk": ["-b", "--lint", "-i", "inc", "--include", "-l", "ordchr"],
+    "env": ["-i", "-v", "-iC", "-vC", "-C", "@DIR", "-u", "X", "--"],
+    "timeout": ["-v", "-vk", "-k", "-vs", "-s", "TERM", "1", "5", "--"],
+    "xargs": ["-r", "-t", "-rn", "-n", "1", "-rI", "-I", "Z", "--"],
+}
+
+
+@st.composite
+def _argvs(draw: st.DrawFn) -> list[str]:
+    program = draw(st.sampled_from(sorted(p for p in _POOLS if _installed(p))))
+    options = draw(st.lists(st.sampled_from(_POOLS[program]), max_size=4))
+    return [program, *options, "{x}", "PWNED"]
+
+
+@pytest.mark.xfail(strict=True, reason="accepted argvs that run the value (see the two tests "
+                                       "above); the search finds them from option words")
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(argv=_argvs())
+@example(argv=["bash", "-eo", "pipefail", "{x}", "PWNED"])
+@example(argv=["python3", "--check-hash-based-pycs", "default", "{x}", "PWNED"])
+def test_generated_argv_accepted_never_runs_the_value(tmp_path_factory: pytest.TempPathFactory,
+                                                      argv: list[str]) -> None:
+    if not _installed(argv[0]) or argv_problem(argv) is not None:
+        return
+    d = tmp_path_factory.mktemp("gen")
+    _setup(d)
+    assert not _runs_value(argv, HOSTILE[argv[0]], d), f"accepted {argv} ran the value"
+
+
+# -- Promise 1: false alarms (argv data judged as shell text) ---------------------------
+
+@pytest.mark.xfail(strict=True, reason="argv literal words are judged as shell text: '_', "
+                                       "'((', '$ ', '[[', a CR refuse a step where no shell runs")
+@pytest.mark.parametrize("argv", [
+    ["cp", "{x}", "/tmp/_"],
+    ["grep", "-E", "^((a|b))$", "--", "{x}"],
+    ["echo", "cost: $ 5", "{x}"],
+    ["printf", "%s\r\n", "{x}"],
+    ["jq", "-n", "--arg", "v", "{x}", "[[$v]]"],
+], ids=["underscore", "parens", "dollar-blank", "cr", "brackets"])
+def test_argv_data_words_are_accepted(argv: list[str]) -> None:
+    assert argv_problem(argv) is None
+
+
+# -- Promise 1: the escape (held) -------------------------------------------------------
+
+_PIECES = st.sampled_from([
+    "{", "}", "{{", "}}", "$", "x", "{x}", "{{x}}", "{{{x}}}", "'", '"', "\\", " ", "\n",
+    "{previous.x}", "{trigger.body}", "{params.a.b}", "{each.i}", "é", "{x", "x}", "${x}",
+    "$$", "`", "{trigger.headers.X-A}", "{-}", ":", "_"])
+_TEXT = st.lists(_PIECES, max_size=10).map("".join) | st.text(max_size=20)
+_VALUES = st.sampled_from(["{x}", "{{x}}", "$(touch PWNED)", "'; touch PWNED; '", "\\", ""]) \
+    | st.text(max_size=10).filter(lambda v: "\x00" not in v)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_TEXT)
+def test_parse_of_escape_is_the_literal(t: str) -> None:
+    assert "".join(placeholders.parse(placeholders.escape(t))) == t
+    assert not placeholders.has_placeholders(placeholders.escape(t))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_TEXT, _TEXT, _VALUES)
+def test_escape_never_gets_a_value_in_argv(a: str, b: str, value: str) -> None:
+    word = placeholders.escape(a) + "{x}" + placeholders.escape(b)
+    # ${x} is shell syntax, and "{" + "{x}" + "}" is the escape {{x}}: no placeholder then
+    assume(placeholders.refs(word) == [placeholders.Ref("step", "x")])
+    assert placeholders.render(word, lambda ref: value) == a + value + b
+    # and never changes what the check decides about the real placeholder
+    assert argv_problem(["sh", "-c", "{x}", word]) is not None
+    assert argv_problem(["sh", "-c", word]) is not None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_TEXT.filter(lambda t: "\x00" not in t), _VALUES)
+def test_escape_is_literal_in_shell_commands(a: str, value: str) -> None:
+    cmd = "printf '%s|%s' " + placeholders.escape(shlex.quote(a)) + " {x}"
+    if shell_problem(cmd) is not None:  # a conservative refusal is allowed
+        return
+    out = subprocess.run(["sh", "-c", render_command(cmd, lambda ref: value)],
+                         capture_output=True, check=False).stdout.decode()
+    assert out == a + "|" + value
+
+
+# -- Promise 2: the command line --------------------------------------------------------
+
+WF = """
+from brain import workflow, shell
+
+@workflow
+def boom():
+    shell("a", command="echo hi")
+    shell("b", command="exit 3")
+"""
+
+OTHER = """
+from brain import workflow, shell
+
+@workflow
+def other():
+    shell("a", command="echo hi")
+"""
+
+
+@pytest.fixture
+def cli(tmp_path: Path, brain_cmd: list[str]):  # type: ignore[no-untyped-def]
+    (tmp_path / "wf.py").write_text(WF)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notwf.py").write_text("x = 1\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "o.py").write_text(OTHER)
+    (tmp_path / "bad.py").write_text("from brain import workflow\ndef (:\n")
+    env = {**os.environ, "BRAIN_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"}
+
+    def brain(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*brain_cmd, *args], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    ran = brain("run", "wf.py", "--json", "-q")
+    assert ran.returncode == 1, ran.stderr
+    run_id = json.loads(ran.stdout)["run_id"]
+
+    def count() -> int:
+        return len(json.loads(brain("runs", "--json", "--limit", "100").stdout))
+
+    return brain, run_id, count
+
+
+def _refused_cleanly(done: subprocess.CompletedProcess[str]) -> None:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip()
+
+
+@pytest.mark.parametrize("extra", [["missing.py"], ["bad.py"], ["--weird"], ["--", "--weird"],
+                                   ["--from", "b", "missing.py"], ["wf.py", "--from", "zzz"],
+                                   ["wf.py", "wf.py"]],
+                         ids=lambda e: " ".join(e))
+def test_retry_bad_paths_refused_nothing_queued(cli, extra: list[str]) -> None:  # type: ignore[no-untyped-def]
+    brain, run_id, count = cli
+    before = count()
+    _refused_cleanly(brain("retry", run_id, *extra))
+    assert count() == before
+
+
+@pytest.mark.xfail(strict=True, reason="brain retry RUN PATH with a folder or file holding no "
+                                       "workflow queues the retry unchecked, exit 0 (brain "
+                                       "check says 'no workflow', exit 2)")
+@pytest.mark.parametrize("path", ["empty", "empty/notwf.py"])
+def test_retry_path_without_workflows_refused(cli, path: str) -> None:  # type: ignore[no-untyped-def]
+    brain, run_id, count = cli
+    before = count()
+    _refused_cleanly(brain("retry", run_id, path))
+    assert count() == before
+
+
+@pytest.mark.xfail(strict=True, reason="brain retry RUN PATH where PATH does not define the "
+                                       "run's workflow queues it without any check, exit 0")
+def test_retry_paths_without_the_runs_workflow_refused(cli) -> None:  # type: ignore[no-untyped-def]
+    brain, run_id, count = cli
+    before = count()
+    _refused_cleanly(brain("retry", run_id, "other"))
+    assert count() == before
+
+
+@pytest.mark.xfail(strict=True, reason="brain runs --stale EMPTY checks nothing and says "
+                                       "'no waiting run would fail', exit 0")
+def test_runs_stale_folder_without_workflows_refused(cli) -> None:  # type: ignore[no-untyped-def]
+    brain, _, _ = cli
+    _refused_cleanly(brain("runs", "--stale", "empty"))
+
+
+@pytest.mark.xfail(strict=True, reason="--from given twice: the last silently wins (the "
+                                       "retry reruns from a step other than the first typed)")
+def test_retry_from_twice_refused(cli) -> None:  # type: ignore[no-untyped-def]
+    brain, run_id, count = cli
+    before = count()
+    _refused_cleanly(brain("retry", run_id, "wf.py", "--from", "b", "--from", "a"))
+    assert count() == before
+
+
+@pytest.mark.xfail(strict=True, reason="brain retry RUN --from STEP -- PATH: the -- (accepted "
+                                       "without --from) is an 'unrecognized argument'")
+def test_retry_from_then_dashes_path(cli) -> None:  # type: ignore[no-untyped-def]
+    brain, run_id, count = cli
+    before = count()
+    done = brain("retry", run_id, "--from", "b", "--", "wf.py")
+    assert done.returncode == 0, done.stderr
+    assert count() == before + 1
+
+
+@pytest.mark.parametrize("args", [
+    ["show", "RUN", "extra"], ["cancel", "RUN", "extra"], ["workers", "extra"],
+    ["prune", "--older-than", "30d", "extra"], ["db", "upgrade", "extra"],
+    ["cache", "clear", "extra"], ["signal", "s", "extra"], ["approve", "RUN", "a", "extra"],
+    ["graph", "wf.py", "extra"], ["run", "wf.py", "extra"],
+    ["mcp", "serve", "--bogus"]], ids=lambda a: " ".join(a))
+def test_other_commands_refuse_extra_words(tmp_path: Path, brain_cmd: list[str],
+                                           args: list[str]) -> None:
+    (tmp_path / "wf.py").write_text(WF)
+    env = {**os.environ, "BRAIN_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"}
+    done = subprocess.run([*brain_cmd, *(a.replace("RUN", "0123abcd") for a in args)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    _refused_cleanly(done)
+    assert "unrecognized arguments" in done.stderr
