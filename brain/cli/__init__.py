@@ -82,6 +82,16 @@ def run_trigger(args: argparse.Namespace) -> object:
             "path": None if args.path is None else os.path.abspath(args.path)}
 
 
+class _Once(argparse.Action):
+    """An option that may be given once (given twice, which one was meant is unclear)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} may be given once")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = _Parser(prog="brain", description="The Brain: workflows as Python functions.")
@@ -196,7 +206,7 @@ def _run_commands(sub: Any) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="the workflow files or folders as deployed: refuse the retry now "
                         "when a step it keeps changed since (default: load none)")
-    p.add_argument("--from", dest="from_step", metavar="STEP",
+    p.add_argument("--from", dest="from_step", metavar="STEP", action=_Once,
                    help="run STEP and every step downstream of it again (on the current "
                         "definition); the others keep their outputs")
 
@@ -321,10 +331,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and isinstance(getattr(args, "paths", None), list) \
-            and not any(e.startswith("-") for e in extra):
-        args.paths += extra  # ``brain retry RUN --from STEP PATH``: PATHs after an option
-    elif extra:
+    if extra and isinstance(getattr(args, "paths", None), list):
+        # ``brain retry RUN --from STEP PATH``: PATHs after an option (after ``--``, any word)
+        dashes = extra[0] == "--"
+        if dashes or not any(e.startswith("-") for e in extra):
+            args.paths += extra[1:] if dashes else extra
+            extra = []
+    if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help(sys.stderr)

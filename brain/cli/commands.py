@@ -248,12 +248,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def loaded_from(paths: list[str]) -> dict[str, Workflow]:
+    """The workflows of ``paths`` (files or folders) by name; :class:`BrainError` when they
+    hold none (a check against nothing would pass)."""
+    from brain.loader import discover
+
+    workflows = discover(paths)
+    if not workflows:
+        raise BrainError(f"no workflow in {' '.join(paths)} (a folder's *.py files, skipping "
+                         "_*.py, test_*.py and conftest.py)")
+    return workflows
+
+
 def _stale_runs(args: argparse.Namespace) -> int:
     """``brain runs --stale [PATH...]``: the waiting runs the workflows of PATH, as loaded
     now, would fail when they continue (SPEC §24)."""
-    from brain.loader import discover
-
-    workflows = discover(args.paths or ["."])
+    workflows = loaded_from(args.paths or ["."])
     if args.workflow:
         workflows = {k: v for k, v in workflows.items() if k == args.workflow}
     found = with_api(lambda api: api.stale(workflows))
@@ -307,14 +317,18 @@ def cmd_retry(args: argparse.Namespace) -> int:
     from brain._errors import WORKFLOW_CHANGED, RunConflict
     from brain.service.api import AlreadyRetried
 
-    loaded = None
-    if args.paths:
-        from brain.loader import discover
+    loaded = loaded_from(args.paths) if args.paths else None
 
-        loaded = discover(args.paths)
+    async def retry(api: BrainApi) -> tuple[str, str]:
+        if loaded is not None:
+            name = (await api.run(args.run_id, with_steps=False)).workflow
+            if name not in loaded:
+                raise BrainError(f"no workflow {name!r} (the run's) in {' '.join(args.paths)}: "
+                                 "name the files that define it, as deployed")
+        return await api.retry(args.run_id, from_step=args.from_step)
+
     try:
-        new_id, _ = with_api(lambda api: api.retry(args.run_id, from_step=args.from_step),
-                             loaded)
+        new_id, _ = with_api(retry, loaded)
     except AlreadyRetried as exc:
         latest = exc.retried_by[:12]
         render.error(f"{exc} (brain retry {latest}); see it with brain show {latest}")

@@ -313,9 +313,6 @@ def test_retry_bad_paths_refused_nothing_queued(cli, extra: list[str]) -> None: 
     assert count() == before
 
 
-@pytest.mark.xfail(strict=True, reason="brain retry RUN PATH with a folder or file holding no "
-                                       "workflow queues the retry unchecked, exit 0 (brain "
-                                       "check says 'no workflow', exit 2)")
 @pytest.mark.parametrize("path", ["empty", "empty/notwf.py"])
 def test_retry_path_without_workflows_refused(cli, path: str) -> None:  # type: ignore[no-untyped-def]
     brain, run_id, count = cli
@@ -324,8 +321,6 @@ def test_retry_path_without_workflows_refused(cli, path: str) -> None:  # type: 
     assert count() == before
 
 
-@pytest.mark.xfail(strict=True, reason="brain retry RUN PATH where PATH does not define the "
-                                       "run's workflow queues it without any check, exit 0")
 def test_retry_paths_without_the_runs_workflow_refused(cli) -> None:  # type: ignore[no-untyped-def]
     brain, run_id, count = cli
     before = count()
@@ -333,15 +328,11 @@ def test_retry_paths_without_the_runs_workflow_refused(cli) -> None:  # type: ig
     assert count() == before
 
 
-@pytest.mark.xfail(strict=True, reason="brain runs --stale EMPTY checks nothing and says "
-                                       "'no waiting run would fail', exit 0")
 def test_runs_stale_folder_without_workflows_refused(cli) -> None:  # type: ignore[no-untyped-def]
     brain, _, _ = cli
     _refused_cleanly(brain("runs", "--stale", "empty"))
 
 
-@pytest.mark.xfail(strict=True, reason="--from given twice: the last silently wins (the "
-                                       "retry reruns from a step other than the first typed)")
 def test_retry_from_twice_refused(cli) -> None:  # type: ignore[no-untyped-def]
     brain, run_id, count = cli
     before = count()
@@ -349,8 +340,6 @@ def test_retry_from_twice_refused(cli) -> None:  # type: ignore[no-untyped-def]
     assert count() == before
 
 
-@pytest.mark.xfail(strict=True, reason="brain retry RUN --from STEP -- PATH: the -- (accepted "
-                                       "without --from) is an 'unrecognized argument'")
 def test_retry_from_then_dashes_path(cli) -> None:  # type: ignore[no-untyped-def]
     brain, run_id, count = cli
     before = count()
