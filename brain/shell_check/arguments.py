@@ -219,14 +219,15 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
         which ends every wrapper's options (``tini -s -- PROGRAM``), and after a long option
         glued to its value (``--python=3.12``) or one the row knows takes none."""
         precise = bool(row.arg_options)
-        after_option = skip = ended = False
+        after_option = ended = False
+        skip = 0
         leading = row.leading
         for i, word in enumerate(words):
             lit = _literal(word)
             if lit is None or self.hostile(word):
                 return
-            if skip:  # the argument of the option before
-                skip = False
+            if skip:  # an argument of the option before (timeout -vk 1)
+                skip -= 1
                 continue
             if name == "env" and "=" in lit and not lit.startswith("-"):
                 continue  # env NAME=value: a variable, even after --
@@ -240,7 +241,7 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
                 if lit.startswith("-"):
                     glued = lit.startswith("--") and "=" in lit
                     after_option = not (precise or glued or lit in row.flag_options)
-                    skip = precise and lit in row.arg_options
+                    skip = len(row.options_taking_next(lit)) if precise else 0
                     continue
             if leading > 0 and not after_option:
                 leading -= 1

@@ -67,6 +67,25 @@ def _set(words: str) -> frozenset[str]:
 
 
 _SHELL_ARG_OPTIONS = _set("-o +o -O +O --rcfile --init-file")
+#: node's options that take the next word as their argument (``node --help``, and newer
+#: releases'): the program text or script comes after it.
+_NODE_ARG_OPTIONS = _set("""
+-r --require -C --conditions --import --input-type --loader --experimental-loader --title
+--env-file --env-file-if-exists --allow-fs-read --allow-fs-write --build-snapshot-config
+--cpu-prof-dir --cpu-prof-interval --cpu-prof-name --diagnostic-dir --disable-proto
+--disable-warning --dns-result-order --experimental-default-type --experimental-policy
+--experimental-sea-config --experimental-config-file --heap-prof-dir --heap-prof-interval
+--heap-prof-name --heapsnapshot-near-heap-limit --heapsnapshot-signal --icu-data-dir
+--inspect-port --debug-port --inspect-publish-uid --localstorage-file --max-http-header-size
+--network-family-autoselection-attempt-timeout --openssl-config --policy-integrity
+--redirect-warnings --report-directory --report-dir --report-filename --report-signal
+--secure-heap --secure-heap-min --snapshot-blob --test-concurrency --test-name-pattern
+--test-skip-pattern --test-reporter --test-reporter-destination --test-shard --test-timeout
+--test-isolation --test-coverage-include --test-coverage-exclude --test-coverage-branches
+--test-coverage-functions --test-coverage-lines --test-global-setup --tls-cipher-list
+--tls-keylog --trace-event-categories --trace-event-file-pattern --trace-require-module
+--unhandled-rejections --use-largepages --v8-pool-size --watch-path --watch-kill-signal
+""")
 #: npm's commands (by their canonical names) that run a program, a shell or a named
 #: package's scripts, install or fetch a package (its scripts run), write a setting or
 #: script that later runs (config, pkg), or open the configured browser or editor.
@@ -265,7 +284,7 @@ PROGRAMS: dict[str, Program] = {
             arg_options=_set("-l --line-length")),
     **_rows("text", "runs its program text as code (awk's system())", "awk gawk",
             code_options=_set("-f --file -e --source"),
-            arg_options=_set("-F -v --field-separator --assign"),
+            arg_options=_set("-F -v --field-separator --assign -i --include -l --load"),
             variable_options=_set("-v --assign")),
     **_rows("text", "runs its program text as code (awk's system())", "mawk nawk",
             code_options=_set("-f"), arg_options=_set("-F -v"), variable_options=_set("-v")),
@@ -275,14 +294,15 @@ PROGRAMS: dict[str, Program] = {
     **_rows("text", "runs the text after -e as code", "ruby", code_options=_set("-e"),
             arg_options=_set("-I -r")),
     **_rows("text", "runs the text after -e or -p as code (and reads options after it)",
-            "node nodejs", code_options=_set("-e --eval -p --print"),
-            arg_options=_set("-r --require")),
+            "node nodejs", code_options=_set("-e --eval -p --print --run"),
+            arg_options=_NODE_ARG_OPTIONS),
     **_rows("text", "runs the text after -r as code", "php", code_options=_set("-r"),
             arg_options=_set("-d -c")),
     **_rows("text", "runs the text after -e as code (and the next word as a script)",
             "lua luajit", code_options=_set("-e"), arg_options=_set("-l"), after_code="script"),
     **_rows("text", "runs the text after -c (or the module after -m, as that module does) "
-            "as code", "python", code_options=_set("-c -m"), arg_options=_set("-W -X"),
+            "as code", "python", code_options=_set("-c -m"),
+            arg_options=_set("-W -X --check-hash-based-pycs"),
             after_code="data", module_options=_set("-m")),
     **_rows("text", "runs the text after -e as code", "Rscript", code_options=_set("-e")),
     **_rows("text", "runs the class or jar it names as code (after -jar, -m or its options)",
