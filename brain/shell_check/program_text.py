@@ -8,7 +8,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from brain.shell_check.programs import CODE_MODULES, PROGRAMS, Program, program_of, reads_stdin
+from brain.shell_check.programs import (
+    CODE_MODULES,
+    PROGRAMS,
+    Program,
+    canonical_name,
+    program_of,
+    reads_stdin,
+)
 from brain.shell_check.syntax import _literal, _Refused
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -113,7 +120,7 @@ class _ProgramText:
         placeholder must follow ``--``. perl's ``-n``/``-p`` loop, and a perl program
         reading ``<>``, open a file name ending in ``|`` as a command: no placeholder at
         all then. ``python -m MODULE`` is judged as the module (:meth:`check_module`)."""
-        anywhere = name == "sed"
+        anywhere = canonical_name(name) == "sed"
         refusal = _Refused(f"an option or the program text of {name}, which {row.why}",
                            f"write {name}'s program literally and pass the value after it"
                            + (" and after --" if anywhere else "") + ", or through env= or stdin=")
