@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from brain.shell_check.program_text import _ProgramText
-from brain.shell_check.programs import Program, program_of
+from brain.shell_check.programs import FIND_NAMES, Program, canonical_name, program_of
 from brain.shell_check.step_input import _StepInput
 from brain.shell_check.subcommands import _Subcommands, subcommand_of
 from brain.shell_check.syntax import (
@@ -72,7 +72,7 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
             if base == "[" and words and _literal(words[-1]) == "]":
                 words = words[:-1]
             self.check_test(base, words)
-        elif base == "find":
+        elif base in FIND_NAMES:
             self.check_find(words)
         elif row is None:
             return
@@ -142,7 +142,7 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
                 continue
             base = name.rsplit("/", 1)[-1]
             row = program_of(base)
-            if base == "find" or (row is not None and row.runs not in ("names", "options")):
+            if base in FIND_NAMES or (row is not None and row.runs not in ("names", "options")):
                 self.check_reader(base, _command_words(node), "in a pipeline")
 
     def check_template_readers(self, root: Node) -> None:
@@ -178,12 +178,12 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
             # Each word that may be the program it runs must read its input as data; xargs
             # makes its input the program's arguments, so that program must take any.
             for program, rest, certain in self.wrapped_candidates(base, row, words):
-                if base == "xargs" and (program_of(program) is not None
-                                        or program.rsplit("/", 1)[-1] == "find"):
+                if canonical_name(base) == "xargs" and (program_of(program) is not None
+                                        or program.rsplit("/", 1)[-1] in FIND_NAMES):
                     why = getattr(program_of(program), "why", "runs what -exec names")
                     raise _Refused(f"{how} that xargs turns into arguments of {program}, which "
                                    f"{why}")
-                if base != "xargs":
+                if canonical_name(base) != "xargs":
                     self.check_reader(program.rsplit("/", 1)[-1], rest, how)
                 if certain:
                     return
@@ -219,16 +219,17 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
         which ends every wrapper's options (``tini -s -- PROGRAM``), and after a long option
         glued to its value (``--python=3.12``) or one the row knows takes none."""
         precise = bool(row.arg_options)
-        after_option = skip = ended = False
+        after_option = ended = False
+        skip = 0
         leading = row.leading
         for i, word in enumerate(words):
             lit = _literal(word)
             if lit is None or self.hostile(word):
                 return
-            if skip:  # the argument of the option before
-                skip = False
+            if skip:  # an argument of the option before (timeout -vk 1)
+                skip -= 1
                 continue
-            if name == "env" and "=" in lit and not lit.startswith("-"):
+            if canonical_name(name) == "env" and "=" in lit and not lit.startswith("-"):
                 continue  # env NAME=value: a variable, even after --
             if not ended:
                 if _is_code_option(lit, row):
@@ -240,12 +241,12 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
                 if lit.startswith("-"):
                     glued = lit.startswith("--") and "=" in lit
                     after_option = not (precise or glued or lit in row.flag_options)
-                    skip = precise and lit in row.arg_options
+                    skip = len(row.options_taking_next(lit)) if precise else 0
                     continue
             if leading > 0 and not after_option:
                 leading -= 1
                 continue
-            certain = ended or not after_option or name in _PLAIN_WRAPPERS
+            certain = ended or not after_option or canonical_name(name) in _PLAIN_WRAPPERS
             yield lit, words[i + 1:], certain
             if certain:
                 return
@@ -359,7 +360,8 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
                     risky = text.startswith((self.prefix, "$")) and not (
                         previous in row.value_options
                         or f"{first}:{previous}" in row.value_options
-                        or (name == "tar" and _tar_bundle_takes(previous) in ("f", "C")))
+                        or (canonical_name(name) == "tar"
+                            and _tar_bundle_takes(previous) in ("f", "C")))
                 if previous in row.code_options:
                     raise _Refused(f"the argument of {name} {previous}, which it runs (or "
                                    f"which sets what it runs)",

@@ -4,6 +4,7 @@ with its arguments that a placeholder must not reach, by kind (see that module).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -68,3 +69,26 @@ class Program:
     #: ``text``: whether short options cluster (``perl -le``, ``python3 -Im``); not for
     #: ``java``, whose single-dash options are long (``-Xmx512m``).
     clusters: bool = True
+
+    def options_taking_next(self, word: str) -> tuple[str, ...]:
+        """The options of option word ``word`` that take the words after it as their
+        arguments, one word each, in order: ``("-o",)`` for ``-o`` (one of ``arg_options``)
+        and for a cluster of short options whose last letter takes one (``bash -eo
+        pipefail``, ``timeout -vk 1``, ``env -iC DIR``, ``xargs -rn 1``, ``python3 -bX
+        dev``); none when that letter stands in the middle, where it takes the rest of the
+        word (``-n1``, ``-Xdev``). A shell instead gives each such letter of a cluster the
+        next word in turn (``bash -oe pipefail``: ``-o pipefail -e``)."""
+        if word in self.arg_options:
+            return (word,)
+        if not self.clusters or not re.fullmatch(r"[-+][A-Za-z][^=]*", word) \
+                or word.startswith(("--", "++")):
+            return ()
+        sign = word[0]
+        takes = {o[1] for o in self.arg_options if len(o) == 2 and o[0] == sign}
+        if self.runs == "shell":
+            return tuple(f"{sign}{letter}" for letter in word[1:] if letter in takes)
+        for i, letter in enumerate(word[1:], start=2):
+            if letter in takes:
+                return (f"{sign}{letter}",) if i == len(word) else ()
+        return ()
+

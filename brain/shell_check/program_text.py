@@ -8,7 +8,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from brain.shell_check.programs import CODE_MODULES, PROGRAMS, Program, program_of, reads_stdin
+from brain.shell_check.programs import (
+    CODE_MODULES,
+    PROGRAMS,
+    Program,
+    canonical_name,
+    program_of,
+    reads_stdin,
+)
 from brain.shell_check.syntax import _literal, _Refused
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -68,21 +75,25 @@ class _ProgramText:
             if glued and option in row.code_options:  # python3 -cprint(1), -mjson.tool
                 return not interactive and not (option in row.module_options
                                                 and glued.split(".")[0] in CODE_MODULES)
-            if option in row.code_options or (row.runs == "shell" and lit.startswith("-")
-                                              and "c" in lit[1:] and not lit.startswith("--")):
-                given = words[i + 1] if i + 1 < len(words) else None
+            shell_flags = lit[1:] if row.runs == "shell" and lit.startswith("-") \
+                and not lit.startswith("--") else ""
+            # the options' arguments come first (bash -oc pipefail 'script')
+            taking = () if option in row.code_options else row.options_taking_next(lit)
+            if option in row.code_options or "c" in shell_flags:
+                at = i + 1 + (len(taking) if shell_flags else 0)
+                given = words[at] if at < len(words) else None
                 module = _literal(given) if given is not None else None
                 if option in row.module_options and (module or "").split(".")[0] in CODE_MODULES:
                     return False
                 return data(given) and not interactive
-            if lit in row.arg_options:
-                i += 2
+            if "s" in shell_flags:
+                return False  # sh -s: the script is standard input
+            if taking:
+                i += 1 + len(taking)
                 continue
             if lit == "--":
                 return data(words[i + 1] if i + 1 < len(words) else None) and not interactive
             if lit.startswith(("-", "+")) and not reads_stdin(lit):
-                if row.runs == "shell" and "s" in lit[1:] and not lit.startswith("--"):
-                    return False  # sh -s: the script is standard input
                 i += 1
                 continue
             return not reads_stdin(lit) and not interactive
@@ -109,7 +120,7 @@ class _ProgramText:
         placeholder must follow ``--``. perl's ``-n``/``-p`` loop, and a perl program
         reading ``<>``, open a file name ending in ``|`` as a command: no placeholder at
         all then. ``python -m MODULE`` is judged as the module (:meth:`check_module`)."""
-        anywhere = name == "sed"
+        anywhere = canonical_name(name) == "sed"
         refusal = _Refused(f"an option or the program text of {name}, which {row.why}",
                            f"write {name}'s program literally and pass the value after it"
                            + (" and after --" if anywhere else "") + ", or through env= or stdin=")
@@ -137,6 +148,8 @@ class _ProgramText:
                     raise refusal
                 return
             option, glued = _cluster(lit, row) or (lit, "")
+            if option not in row.code_options:  # python3 -bX dev: the last takes the next
+                option = (row.options_taking_next(lit) or (option,))[-1]
             if glued and option in row.code_options:
                 if option in row.module_options:  # python3 -mtimeit {x}
                     self.check_module(name, glued, words[i + 1:])
@@ -201,12 +214,14 @@ class _ProgramText:
             if lit in ("-", "--"):
                 i += 1
                 break
-            if lit in row.arg_options:
-                given = words[i + 1] if i + 1 < len(words) else None
-                if given is None or self.hostile(given) or _literal(given) is None:
+            taking = row.options_taking_next(lit)  # -o pipefail, -eo pipefail
+            if taking:
+                given = words[i + 1:i + 1 + len(taking)]
+                if len(given) < len(taking) or any(self.hostile(w) or _literal(w) is None
+                                                   for w in given):
                     raise _Refused(f"the argument of {name} {lit} (a file or option it runs)",
                                    "write it literally")
-                i += 2
+                i += 1 + len(taking)
             elif lit.startswith(("-", "+")):
                 i += 1
             else:

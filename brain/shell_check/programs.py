@@ -54,7 +54,8 @@ import re
 from brain.shell_check.npm import npm_command
 from brain.shell_check.program_row import Program, Runs
 
-__all__ = ["CODE_MODULES", "PROGRAMS", "Program", "program_of", "reads_stdin"]
+__all__ = ["CODE_MODULES", "FIND_NAMES", "PROGRAMS", "Program", "canonical_name", "program_of",
+           "reads_stdin"]
 
 
 def _rows(runs: Runs, why: str, names: str, **kw: object) -> dict[str, Program]:
@@ -67,6 +68,25 @@ def _set(words: str) -> frozenset[str]:
 
 
 _SHELL_ARG_OPTIONS = _set("-o +o -O +O --rcfile --init-file")
+#: node's options that take the next word as their argument (``node --help``, and newer
+#: releases'): the program text or script comes after it.
+_NODE_ARG_OPTIONS = _set("""
+-r --require -C --conditions --import --input-type --loader --experimental-loader --title
+--env-file --env-file-if-exists --allow-fs-read --allow-fs-write --build-snapshot-config
+--cpu-prof-dir --cpu-prof-interval --cpu-prof-name --diagnostic-dir --disable-proto
+--disable-warning --dns-result-order --experimental-default-type --experimental-policy
+--experimental-sea-config --experimental-config-file --heap-prof-dir --heap-prof-interval
+--heap-prof-name --heapsnapshot-near-heap-limit --heapsnapshot-signal --icu-data-dir
+--inspect-port --debug-port --inspect-publish-uid --localstorage-file --max-http-header-size
+--network-family-autoselection-attempt-timeout --openssl-config --policy-integrity
+--redirect-warnings --report-directory --report-dir --report-filename --report-signal
+--secure-heap --secure-heap-min --snapshot-blob --test-concurrency --test-name-pattern
+--test-skip-pattern --test-reporter --test-reporter-destination --test-shard --test-timeout
+--test-isolation --test-coverage-include --test-coverage-exclude --test-coverage-branches
+--test-coverage-functions --test-coverage-lines --test-global-setup --tls-cipher-list
+--tls-keylog --trace-event-categories --trace-event-file-pattern --trace-require-module
+--unhandled-rejections --use-largepages --v8-pool-size --watch-path --watch-kill-signal
+""")
 #: npm's commands (by their canonical names) that run a program, a shell or a named
 #: package's scripts, install or fetch a package (its scripts run), write a setting or
 #: script that later runs (config, pkg), or open the configured browser or editor.
@@ -116,13 +136,16 @@ PROGRAMS: dict[str, Program] = {
     **_rows("code", "runs its script or commands from its arguments (-c, -e, -ex, +cmd)",
             "expect gdb gdbtui vim vi nvim view ex ed vimdiff gvim rvim rview evim editor "
             "sensible-editor emacs pwsh powershell tclsh wish make gmake"),
+    **_rows("code", "runs code, a script or a program from its arguments (-e, -c, a script "
+            "file, lldb -o, cmake -P and -E env, dotnet run and its projects' build code)",
+            "guile racket raku rakudo perl6 lldb nu xonsh elvish dotnet cmake ctest"),
     **_rows("names", "takes variable names, options or arithmetic (bash evaluates a[$(…)] there)",
             "let declare typeset local export readonly unset read readarray mapfile getopts "
             "wait set shopt hash select ulimit caller shift return exit break continue"),
     # Programs that run the program named in their arguments.
     **_rows("program", "runs the program named in its arguments",
             "command builtin exec nohup time setsid sudo doas ionice "
-            "unbuffer busybox coproc strace ltrace setpriv unshare nsenter systemd-run firejail "
+            "unbuffer busybox toybox coproc strace ltrace setpriv unshare nsenter systemd-run firejail "
             "valgrind catchsegv fakeroot proot torsocks proxychains proxychains4 caffeinate "
             "chpst softlimit prlimit pkexec uvx npx bunx pnpx "
             "entr rlwrap x86_64 i386 i686 linux32 linux64 ssh-agent dbus-run-session gpg-agent "
@@ -265,7 +288,7 @@ PROGRAMS: dict[str, Program] = {
             arg_options=_set("-l --line-length")),
     **_rows("text", "runs its program text as code (awk's system())", "awk gawk",
             code_options=_set("-f --file -e --source"),
-            arg_options=_set("-F -v --field-separator --assign"),
+            arg_options=_set("-F -v --field-separator --assign -i --include -l --load"),
             variable_options=_set("-v --assign")),
     **_rows("text", "runs its program text as code (awk's system())", "mawk nawk",
             code_options=_set("-f"), arg_options=_set("-F -v"), variable_options=_set("-v")),
@@ -275,14 +298,15 @@ PROGRAMS: dict[str, Program] = {
     **_rows("text", "runs the text after -e as code", "ruby", code_options=_set("-e"),
             arg_options=_set("-I -r")),
     **_rows("text", "runs the text after -e or -p as code (and reads options after it)",
-            "node nodejs", code_options=_set("-e --eval -p --print"),
-            arg_options=_set("-r --require")),
+            "node nodejs", code_options=_set("-e --eval -p --print --run"),
+            arg_options=_NODE_ARG_OPTIONS),
     **_rows("text", "runs the text after -r as code", "php", code_options=_set("-r"),
             arg_options=_set("-d -c")),
     **_rows("text", "runs the text after -e as code (and the next word as a script)",
             "lua luajit", code_options=_set("-e"), arg_options=_set("-l"), after_code="script"),
     **_rows("text", "runs the text after -c (or the module after -m, as that module does) "
-            "as code", "python", code_options=_set("-c -m"), arg_options=_set("-W -X"),
+            "as code", "python", code_options=_set("-c -m"),
+            arg_options=_set("-W -X --check-hash-based-pycs"),
             after_code="data", module_options=_set("-m")),
     **_rows("text", "runs the text after -e as code", "Rscript", code_options=_set("-e")),
     **_rows("text", "runs the class or jar it names as code (after -jar, -m or its options)",
@@ -318,6 +342,12 @@ PROGRAMS: dict[str, Program] = {
             value_options=_set("-f --file -C --directory")),
     **_rows("options", "has options that run a program (-e, --rsh=…, --rsync-path=…)",
             "rsync scp sftp", code_options=_set("-e --rsh --rsync-path -S -o -F")),
+    **_rows("options", "has options that run a program (-e use_askpass=…, --use-askpass=…, "
+            "--config=…)", "wget",
+            code_options=_set("-e --execute --use-askpass --config"),
+            value_options=_set("-O --output-document -o --output-file -a --append-output "
+                               "-P --directory-prefix -U --user-agent --header --referer "
+                               "--user --password --http-user --http-password")),
     **_rows("options", "has options that run a program (--compress-program=…)", "sort",
             code_options=_set("--compress-program")),
     **_rows("options", "has options that run a program (-TT, --unzip-command)", "zip",
@@ -344,7 +374,12 @@ _ALIASES = [(re.compile(p), name) for p, name in [
     (r"lua[0-9.]*", "lua"), (r"ruby[0-9.]*", "ruby"), (r"node[0-9]*", "node"),
     (r"ld(?:-linux[\w.-]*)?\.so(?:\.[0-9]+)*", "x86_64"), (r"gawk[0-9.-]*", "gawk"),
     (r"qemu-[\w.-]+", "x86_64"), (r"java[0-9.]*", "java"),
+    # Homebrew's names of the GNU tools on macOS (coreutils, findutils, gnu-sed, gnu-tar).
+    *((f"g{name}", name) for name in ("timeout", "env", "xargs", "nice", "nohup", "stdbuf",
+                                      "chroot", "time", "sed", "tar", "sort", "split")),
 ]]
+#: Names of find, whose ``-exec`` runs the program written after it.
+FIND_NAMES = frozenset({"find", "gfind"})  # Homebrew findutils
 # Files a program reads its standard input through (``bash /dev/stdin``), normalised.
 _STDIN_PATH = re.compile(r"(?:^|/)dev/stdin|/fd/0")
 #: Python modules that run code, a script or a module their arguments (or standard input)
@@ -372,6 +407,19 @@ def reads_stdin(path: str) -> bool:
     return path == "-" or _STDIN_PATH.search(posixpath.normpath(path)) is not None
 
 
+def canonical_name(name: str) -> str:
+    """The table's name for a command name (its last path part): the same, or the name
+    an alias stands for (``gtimeout`` → ``timeout``, ``python3.12`` → ``python``).
+
+    >>> canonical_name("/opt/homebrew/bin/gsed"), canonical_name("grep")
+    ('sed', 'grep')
+    """
+    base = name.rsplit("/", 1)[-1]
+    if base in PROGRAMS:
+        return base
+    return next((name for pattern, name in _ALIASES if pattern.fullmatch(base)), base)
+
+
 def program_of(name: str) -> Program | None:
     """The table's row for a command name (its last path part), or ``None``.
 
@@ -380,9 +428,4 @@ def program_of(name: str) -> Program | None:
     >>> program_of("grep") is None
     True
     """
-    base = name.rsplit("/", 1)[-1]
-    row = PROGRAMS.get(base)
-    if row is None:
-        row = next((PROGRAMS[name] for pattern, name in _ALIASES if pattern.fullmatch(base)),
-                   None)
-    return row
+    return PROGRAMS.get(canonical_name(name))

@@ -98,8 +98,11 @@ def _c_script(row: Program, words: list[Node]) -> str | None:
     i = 0
     while i < len(words):
         lit = _literal(words[i]) or ""
-        if lit in row.arg_options:
-            i += 2
+        taking = row.options_taking_next(lit)  # -o pipefail, -eo pipefail
+        if lit.startswith(("-", "+")) and not lit.startswith("--") and "c" in lit[1:]:
+            given = True
+        if taking:
+            i += 1 + len(taking)
             continue
         if lit == "--" or not lit.startswith(("-", "+")):
             if lit == "--":
@@ -107,7 +110,5 @@ def _c_script(row: Program, words: list[Node]) -> str | None:
             if given and i < len(words):
                 return _literal(words[i])
             return None
-        if not lit.startswith("--") and "c" in lit[1:]:
-            given = True
         i += 1
     return None

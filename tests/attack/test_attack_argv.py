@@ -104,10 +104,6 @@ CLUSTERS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="an option cluster ending in an option that takes an "
-                                       "argument (-eo pipefail, -vk 1, -iC DIR, -rn 1, -bX dev) "
-                                       "is read as a flag: its argument is taken for the "
-                                       "script/program, the value for data")
 @pytest.mark.parametrize(("argv", "value"), CLUSTERS, ids=lambda a: " ".join(a)[:30])
 def test_option_cluster_taking_an_argument(tmp_path: Path, argv: list[str], value: str) -> None:
     if not _installed(argv[0]):
@@ -126,9 +122,6 @@ UNLISTED = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="options taking an argument are missing from the "
-                                       "python/node/gawk rows: the argument is taken for the "
-                                       "program text, the value (the real program) for data")
 @pytest.mark.parametrize(("argv", "value"), UNLISTED, ids=lambda a: " ".join(a)[:30])
 def test_option_with_argument_missing_from_row(tmp_path: Path, argv: list[str],
                                                value: str) -> None:
@@ -137,16 +130,12 @@ def test_option_with_argument_missing_from_row(tmp_path: Path, argv: list[str],
     _marker_free_or_refused(tmp_path, argv, value)
 
 
-@pytest.mark.xfail(strict=True, reason="cmake -E env runs the program named after it; "
-                                       "cmake is not in the table")
 def test_cmake_e_env_runs_the_value(tmp_path: Path) -> None:
     if not _installed("cmake"):
         pytest.skip("cmake not installed")
     _marker_free_or_refused(tmp_path, ["cmake", "-E", "env", "{x}", "PWNED"], "touch")
 
 
-@pytest.mark.xfail(strict=True, reason="programs that run their arguments but are missing from "
-                                       "the table (not installed here, so judged statically)")
 @pytest.mark.parametrize("argv", [
     ["toybox", "sh", "-c", "{x}"],  # a multi-call binary, like busybox (which is listed)
     ["gtimeout", "5", "{x}"],  # Homebrew coreutils' names of timeout, env, xargs
@@ -180,8 +169,6 @@ def _argvs(draw: st.DrawFn) -> list[str]:
     return [program, *options, "{x}", "PWNED"]
 
 
-@pytest.mark.xfail(strict=True, reason="accepted argvs that run the value (see the two tests "
-                                       "above); the search finds them from option words")
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(argv=_argvs())
