@@ -395,9 +395,10 @@ def _tar_bundle_takes(word: str | None) -> str | None:
     return next((c for c in word.lstrip("-") if c in "bCfFgHIKLNTVX"), None)
 
 def _is_code_option(word: str, row: Program) -> bool:
-    """Whether ``word`` is one of the row's code options, also glued to its value or in a
-    cluster of short options (``-S'sh -c'``, ``-iS``, ``--split-string=…``)."""
-    if word.split("=", 1)[0] in row.code_options:
+    """Whether ``word`` is one of the row's code options, also glued to its value, in a
+    cluster of short options or abbreviated (``-S'sh -c'``, ``-iS``, ``--split-string=…``,
+    ``--sp``)."""
+    if row.long_option(word).split("=", 1)[0] in row.code_options:  # --sp: --split-string
         return True
     if word.startswith("-") and not word.startswith("--"):
         shorts = {o[1] for o in row.code_options if len(o) == 2}

@@ -69,6 +69,58 @@ class Program:
     #: ``text``: whether short options cluster (``perl -le``, ``python3 -Im``); not for
     #: ``java``, whose single-dash options are long (``-Xmx512m``).
     clusters: bool = True
+    #: Whether the program's option parser (GNU ``getopt_long``) takes a long option
+    #: abbreviated to any unique prefix (``env --ch DIR`` is ``--chdir DIR``): see
+    #: :meth:`long_option`. Not for every row: node's ``--inspect`` is a flag of its own,
+    #: not an abbreviation of ``--inspect-port``.
+    abbreviates: bool = False
+    #: ``text``: the short option whose argument names a long option (gawk's ``-W source``,
+    #: ``-Wsource=…`` are ``--source``, ``--source=…``): see :meth:`long_named`.
+    long_letter: str = ""
+
+    def long_option(self, word: str) -> str:
+        """The option long option word ``word`` names, with its glued value: for a row that
+        :attr:`abbreviates`, a prefix of its known options stands for them (``--ch`` →
+        ``--chdir``, ``--sou=…`` → ``--source=…``). A prefix of several is read as the one
+        that does the most (a code option, else one taking an argument): the program
+        refuses an ambiguous prefix or takes it as one of them, so the check refuses
+        rather than accepts. ``word`` itself otherwise, and when it is an option exactly.
+
+        >>> from brain.shell_check.programs import PROGRAMS
+        >>> PROGRAMS["env"].long_option("--ch"), PROGRAMS["gawk"].long_option("--sou=x")
+        ('--chdir', '--source=x')
+        """
+        name, eq, value = word.partition("=")
+        if not self.abbreviates or not name.startswith("--") or len(name) < 3:
+            return word
+        known = self.code_options | self.arg_options | self.flag_options
+        if name in known:
+            return word
+        candidates = sorted(o for o in known if o.startswith(name))
+        pick = next((o for o in candidates if o in self.code_options), None) \
+            or next((o for o in candidates if o in self.arg_options), None)
+        return word if pick is None else pick + eq + value
+
+    def long_named(self, word: str) -> str | None:
+        """The long option the row's :attr:`long_letter` makes of ``word``, alone or last
+        in a cluster of short options: ``--NAME`` (resolved as by :meth:`long_option`) for
+        ``-WNAME`` and ``-bWNAME=VALUE``; ``""`` for ``-W`` and ``-bW``, whose next word
+        is NAME; ``None`` for any other word.
+
+        >>> from brain.shell_check.programs import PROGRAMS
+        >>> [PROGRAMS["gawk"].long_named(w) for w in ("-Wsou", "-bW", "-b", "-vW")]
+        ['--source', '', None, None]
+        """
+        if not self.long_letter or not self.clusters \
+                or not re.fullmatch(r"-[A-Za-z]\S*", word):
+            return None
+        takes = {o[1] for o in self.code_options | self.arg_options if len(o) == 2}
+        for i, letter in enumerate(word[1:], start=2):
+            if letter == self.long_letter:
+                return self.long_option("--" + word[i:]) if i < len(word) else ""
+            if letter in takes or not letter.isalpha():
+                return None
+        return None
 
     def options_taking_next(self, word: str) -> tuple[str, ...]:
         """The options of option word ``word`` that take the words after it as their
@@ -77,7 +129,9 @@ class Program:
         pipefail``, ``timeout -vk 1``, ``env -iC DIR``, ``xargs -rn 1``, ``python3 -bX
         dev``); none when that letter stands in the middle, where it takes the rest of the
         word (``-n1``, ``-Xdev``). A shell instead gives each such letter of a cluster the
-        next word in turn (``bash -oe pipefail``: ``-o pipefail -e``)."""
+        next word in turn (``bash -oe pipefail``: ``-o pipefail -e``). A long option may be
+        abbreviated where the row says so (``timeout --kill 1``: :meth:`long_option`)."""
+        word = self.long_option(word)
         if word in self.arg_options:
             return (word,)
         if not self.clusters or not re.fullmatch(r"[-+][A-Za-z][^=]*", word) \

@@ -71,7 +71,15 @@ class _ProgramText:
             lit = _literal(words[i])
             if lit is None or self.hostile(words[i]):
                 return False
-            option, glued = _cluster(lit, row) or (lit, "")
+            named = row.long_named(lit)  # gawk -W NAME: --NAME
+            if named == "":
+                i += 1
+                named = "--" + (_literal(words[i]) or "") if i < len(words) else None
+                if named is None or self.hostile(words[i]) or _literal(words[i]) is None:
+                    return False
+                named = row.long_option(named)
+            lit = named if named is not None else lit
+            option, glued = _cluster(lit, row) or (row.long_option(lit), "")
             if glued and option in row.code_options:  # python3 -cprint(1), -mjson.tool
                 return not interactive and not (option in row.module_options
                                                 and glued.split(".")[0] in CODE_MODULES)
@@ -147,7 +155,15 @@ class _ProgramText:
                 if via_option and row.after_code == "script" and any(map(self.hostile, rest)):
                     raise refusal
                 return
-            option, glued = _cluster(lit, row) or (lit, "")
+            named = row.long_named(lit)  # gawk -W source 'prog': --source 'prog'
+            if named == "":
+                i += 1
+                spelled = _literal(words[i]) if i < len(words) else None
+                if spelled is None or self.hostile(words[i]):
+                    raise refusal
+                named = row.long_option("--" + spelled)
+            lit = named if named is not None else lit
+            option, glued = _cluster(lit, row) or (row.long_option(lit), "")
             if option not in row.code_options:  # python3 -bX dev: the last takes the next
                 option = (row.options_taking_next(lit) or (option,))[-1]
             if glued and option in row.code_options:

@@ -165,18 +165,23 @@ PROGRAMS: dict[str, Program] = {
             "chroot setarch taskset chrt envdir setuidgid s6-setuidgid gosu su-exec envchain "
             "faketime arch-chroot gdbserver setlock envuidgid s6-envdir distrobox-enter", leading=1),
     # The same, where every option that takes an argument is known: the program is certain.
-    **_rows("program", "runs the program named in its arguments", "env",
-            code_options=_set("-S --split-string"), arg_options=_set("-u --unset -C --chdir")),
-    **_rows("program", "runs the program named in its arguments", "nice",
+    # GNU tools: a long option may be abbreviated (timeout --kill 1 is --kill-after 1).
+    **_rows("program", "runs the program named in its arguments", "env", abbreviates=True,
+            code_options=_set("-S --split-string"),
+            arg_options=_set("-u --unset -C --chdir -a --argv0")),  # -a: coreutils 9.5
+    **_rows("program", "runs the program named in its arguments", "nice", abbreviates=True,
             arg_options=_set("-n --adjustment")),
     **_rows("program", "runs the program named after its first argument", "timeout",
-            arg_options=_set("-s --signal -k --kill-after"), leading=1),
-    **_rows("program", "runs the program named in its arguments", "stdbuf",
+            arg_options=_set("-s --signal -k --kill-after"), leading=1, abbreviates=True),
+    **_rows("program", "runs the program named in its arguments", "stdbuf", abbreviates=True,
             arg_options=_set("-i -o -e --input --output --error")),
+    # --eof, --replace and --max-lines take a value only glued (--replace=R): the next word
+    # is the program (xargs --replace perl -e …).
     **_rows("program", "runs the program named in its arguments, with its input as arguments",
-            "xargs", arg_options=_set("-a -d -E -I -L -n -P -s --arg-file --delimiter --eof "
-                                      "--replace --max-lines --max-args --max-procs "
-                                      "--max-chars --process-slot-var")),
+            "xargs", abbreviates=True,
+            arg_options=_set("-a -d -E -I -L -n -P -s --arg-file --delimiter --max-args "
+                             "--max-procs --max-chars --process-slot-var"),
+            flag_options=_set("--eof --replace --max-lines")),
     # Tools that run a program after a subcommand.
     **_rows("subcommand", "runs the program named after its subcommand",
             "pipenv pdm hatch rye", subcommands=_set("run exec tool pip add sync install")),
@@ -285,13 +290,14 @@ PROGRAMS: dict[str, Program] = {
     # Interpreters: the program text is code.
     **_rows("text", "runs its program text as code (sed's e, awk's system())", "sed",
             code_options=_set("-e --expression -f --file"),
-            arg_options=_set("-l --line-length")),
+            arg_options=_set("-l --line-length"), abbreviates=True),
+    # gawk -W NAME is --NAME (-W source 'prog', -Wsou='prog'); mawk's -W takes a word too.
     **_rows("text", "runs its program text as code (awk's system())", "awk gawk",
             code_options=_set("-f --file -e --source"),
-            arg_options=_set("-F -v --field-separator --assign -i --include -l --load"),
-            variable_options=_set("-v --assign")),
+            arg_options=_set("-F -v --field-separator --assign -i --include -l --load -W"),
+            variable_options=_set("-v --assign"), abbreviates=True, long_letter="W"),
     **_rows("text", "runs its program text as code (awk's system())", "mawk nawk",
-            code_options=_set("-f"), arg_options=_set("-F -v"), variable_options=_set("-v")),
+            code_options=_set("-f"), arg_options=_set("-F -v -W"), variable_options=_set("-v")),
     **_rows("text", "runs the text after -e as code (and reads options after it; -n and -p "
             "open a file name ending in | as a command)", "perl", code_options=_set("-e -E"),
             arg_options=_set("-I -M -m")),

@@ -13,6 +13,12 @@ Breaks (each an ``xfail(strict=True)`` test that passes once fixed):
   EXT``): same effect, the value is the program text or the script.
 * Programs missing from the table that run their arguments (``cmake -E env {x}``,
   ``toybox sh -c {x}``, Homebrew's ``gtimeout``/``genv``/``gxargs``).
+* GNU long options abbreviated to a unique prefix (``timeout --kill 1 5 {x}``, ``env --ch
+  DIR {x}``, ``xargs --max-a 1 {x}``, ``gawk --sou 'prog' {x}``) and gawk's ``-W NAME`` for
+  ``--NAME`` (``gawk -W source 'prog' {x}``): the option's argument is taken for the
+  program or the script; xargs' ``--replace`` (a value only glued) was read as taking the
+  next word, the real program (``xargs --replace perl -e '1;' {x}``); mawk's ``-W exec
+  {x}`` runs the value as the script (fixed: the "abbreviations" section).
 * False alarms: argv data is judged as shell text, so a literal argv word such as ``_``,
   ``^((a|b))$``, ``cost: $ 5`` or a ``\\r`` refuses the whole step though no shell runs.
 * ``brain retry RUN PATH`` with a folder (or file) holding no workflow, or only other
@@ -43,6 +49,7 @@ from hypothesis import strategies as st
 
 from brain import WorkflowDefinitionError, placeholders, shell, workflow
 from brain.shell_check import argv_problem, render_command, shell_problem
+from brain.shell_check.programs import PROGRAMS
 
 PY_CODE = "-cimport pathlib; pathlib.Path('PWNED').touch()"
 NODE_CODE = "--eval=require('fs').writeFileSync('PWNED', '')"
@@ -59,6 +66,7 @@ def _setup(d: Path) -> None:
     (d / "evil.sh").chmod(0o755)
     (d / "a.mjs").write_text("")
     (d / "inc").write_text("")
+    (d / "evil.awk").write_text(AWK_CODE + "\n")
 
 
 def _runs_value(argv: list[str], value: str, d: Path) -> bool:
@@ -349,3 +357,94 @@ def test_other_commands_refuse_extra_words(tmp_path: Path, brain_cmd: list[str],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     _refused_cleanly(done)
     assert "unrecognized arguments" in done.stderr
+
+
+# -- Promise 1: abbreviations -------------------------------------------------------------
+# GNU getopt_long takes a long option abbreviated to any unique prefix, and gawk's -W NAME
+# is --NAME: the option's argument is not the program, the value is.
+
+#: gawk reads options after program text given with --source: the value adds its own.
+AWK_OPTION_CODE = '-eBEGIN { system("touch PWNED") }'
+
+ABBREVIATED = [
+    (["timeout", "--kill", "1", "5", "{x}", "PWNED"], "touch"),
+    (["env", "--ch", "@DIR", "{x}", "PWNED"], "touch"),
+    (["xargs", "--max-a", "1", "{x}"], "touch"),
+    (["gawk", "--sou", "BEGIN {}", "{x}"], AWK_OPTION_CODE),
+    (["gawk", "-W", "source", "BEGIN {}", "{x}"], AWK_OPTION_CODE),
+    (["gawk", "-W", "sou", "BEGIN {}", "{x}"], AWK_OPTION_CODE),
+    (["gawk", "-bW", "sou", "BEGIN {}", "{x}"], AWK_OPTION_CODE),
+    (["gawk", "-Wsource=BEGIN {}", "{x}"], AWK_OPTION_CODE),
+    # --replace takes a value only glued (--replace=R): perl is the program, and reads
+    # the value as another -e.
+    (["xargs", "--replace", "perl", "-e", "1;", "{x}"], "-esystem('touch PWNED')"),
+    (["mawk", "-W", "exec", "{x}"], "./evil.awk"),
+]
+
+
+@pytest.mark.parametrize(("argv", "value"), ABBREVIATED, ids=lambda a: " ".join(a)[:30])
+def test_abbreviated_long_option(tmp_path: Path, argv: list[str], value: str) -> None:
+    if not _installed(argv[0]):
+        pytest.skip(f"{argv[0]} not installed")
+    _marker_free_or_refused(tmp_path, argv, value)
+
+
+@pytest.mark.parametrize("argv", [
+    ["env", "--sp", "sh -c", "{x}"],  # --split-string: a command line of its own
+    ["env", "--split", "sh -c 'echo $0'", "{x}"],
+    ["env", "--sp=sh -c", "{x}"],
+    ["env", "--argv0", "name", "{x}"],  # coreutils 9.5
+    ["stdbuf", "--out", "L", "{x}"],
+    ["nice", "--adj", "5", "{x}"],
+    ["xargs", "--max", "1", "{x}"],  # ambiguous: refused, never read as a flag
+    ["gawk", "--fi", "/dev/null", "{x}"],
+    ["gawk", "-W", "{x}", "BEGIN {}"],  # the value would name the option
+    ["sed", "--line", "5", "--", "{x}"],  # 5 is the length, the value the script
+], ids=lambda a: " ".join(a))
+def test_abbreviated_option_refused(argv: list[str]) -> None:
+    assert argv_problem(argv) is not None
+
+
+@pytest.mark.parametrize("argv", [
+    ["env", "--ch", "/tmp", "grep", "--", "{x}", "file"],
+    ["timeout", "--kill", "1", "5", "grep", "--", "{x}", "file"],
+    ["xargs", "--max-a", "1", "grep", "--", "{x}"],
+    ["gawk", "-W", "sou", "BEGIN {}", "--", "{x}"],
+    ["gawk", "-W", "lint", "{ print }", "{x}"],  # --lint takes no word: the program follows
+    ["sed", "--expr", "s/a/b/", "--", "{x}"],
+    ["node", "--inspect", "app.js", "{x}"],  # node takes no abbreviation: --inspect is a flag
+], ids=lambda a: " ".join(a))
+def test_abbreviation_leaves_data_alone(argv: list[str]) -> None:
+    assert argv_problem(argv) is None
+
+
+_ABBREVIATING = sorted(name for name, row in PROGRAMS.items() if row.abbreviates)
+#: Words a row reads before the program after its options (timeout's duration).
+_LEADING = {"timeout": ["5"]}
+
+
+@st.composite
+def _abbreviated(draw: st.DrawFn) -> list[str]:
+    program = draw(st.sampled_from(_ABBREVIATING))
+    row = PROGRAMS[program]
+    option = draw(st.sampled_from(sorted(o for o in row.arg_options | row.code_options
+                                         if o.startswith("--"))))
+    prefix = option[:draw(st.integers(3, len(option)))]
+    if row.long_letter and draw(st.booleans()):
+        spelled = draw(st.sampled_from([[f"-{row.long_letter}", prefix[2:]],
+                                        [f"-{row.long_letter}{prefix[2:]}"]]))
+    else:
+        spelled = [prefix]
+    return [program, *spelled, "ARG", *_LEADING.get(program, []), "{x}"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(argv=_abbreviated())
+@example(argv=["timeout", "--k", "ARG", "5", "{x}"])
+@example(argv=["gawk", "-W", "so", "ARG", "{x}"])
+def test_generated_abbreviation_taking_an_argument_refused(argv: list[str]) -> None:
+    """``PROG --PREFIX ARG {x}``: ARG is the option's argument, so the value is the program
+    (or the script, or, after gawk's --source, another option): refused for every prefix
+    of every option that takes an argument, in every row whose program abbreviates."""
+    assert argv_problem(argv) is not None, argv
