@@ -234,9 +234,11 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
             if not ended:
                 if _is_code_option(lit, row):
                     return  # env -S 'sh -c': a command line of its own
+                if lit == "--" and after_option:
+                    after_option = False  # sudo -u -- -s {x}: maybe -u's argument
+                    continue
                 if lit == "--":
                     ended = True
-                    after_option = False
                     continue
                 if lit.startswith("-"):
                     glued = lit.startswith("--") and "=" in lit
@@ -339,12 +341,15 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
         if name == "git" and any(map(self.hostile, words)) and (first == "config" or (
                 first is None and any(_literal(w) == "config" for w in words))):
             self.check_git_config(words)
-        for word in words:
+        # The words options take as their arguments: never options, nor the end of them
+        # (git -C -- {x}, tar -cf -- {x}, wget -O -- {x} read {x} as an option).
+        values = _option_values(name, row, first, words)
+        for i, word in enumerate(words):
             lit = _literal(word)
             if lit in row.runs_after:
                 raise _Refused(f"after {name} … {lit}, which runs the rest as a command",
                                "pass the value through env= (and use \"$VAR\")")
-            if lit in ("--", "--end-of-options"):
+            if lit in ("--", "--end-of-options") and i not in values:
                 if any(_literal(w) in row.runs_after for w in words):
                     continue
                 return
@@ -357,11 +362,11 @@ class _Arguments(_Subcommands, _ProgramText, _StepInput):
                 if text.startswith("-"):  # --option={x}: only an option taking plain data
                     risky = text.split("=", 1)[0] not in row.value_options
                 else:  # {x}, "{x}", $(…{x}…): the value could start with -
-                    risky = text.startswith((self.prefix, "$")) and not (
+                    risky = text.startswith((self.prefix, "$")) and not (i in values and (
                         previous in row.value_options
                         or f"{first}:{previous}" in row.value_options
                         or (canonical_name(name) == "tar"
-                            and _tar_bundle_takes(previous) in ("f", "C")))
+                            and _tar_bundle_takes(previous) in ("f", "C"))))
                 if previous in row.code_options:
                     raise _Refused(f"the argument of {name} {previous}, which it runs (or "
                                    f"which sets what it runs)",
@@ -387,12 +392,63 @@ def _git_config_key(words: list[Node]) -> str | None:
         after = after or lit == "config"
     return None
 
+_TAR_ARG_LETTERS = "bCfFgHIKLNTVX"
+
+
 def _tar_bundle_takes(word: str | None) -> str | None:
     """Which option of a tar option bundle (``czf``, ``-cIf``) takes the next word: the
-    first of its letters that takes an argument; ``None`` when none does."""
+    first of its letters that takes an argument; ``None`` when none does. In a bundle
+    with a dash that letter takes the rest of the word when any follows (``-fC``: the
+    archive ``C``), so only a last letter takes the next word."""
     if word is None or word.startswith("--") or not re.fullmatch(r"-?[A-Za-z]+", word):
         return None
-    return next((c for c in word.lstrip("-") if c in "bCfFgHIKLNTVX"), None)
+    letter = next((c for c in word.lstrip("-") if c in _TAR_ARG_LETTERS), None)
+    if letter is not None and word.startswith("-") and not word.endswith(letter):
+        return None
+    return letter
+
+
+def _option_values(name: str, row: Program, first: str | None,
+                   words: list[Node]) -> set[int]:
+    """The indices of ``words`` that an option of an ``options`` row takes as its argument
+    (``git -C DIR``, ``tar -cf ARCHIVE``, ``wget -qO FILE``, tar's first word ``cfC A D``),
+    up to the ``--`` that ends the options. Such a word is neither an option nor the end
+    of the options, even when it is ``--`` (getopt gives it to the option). An option
+    takes one where the row lists it in any of its option sets (code options too: a
+    row's short code option that takes none only makes the check stricter), also last in
+    a cluster of short options, or abbreviated (``--namesp``: getopt_long, git's
+    parse-options)."""
+    takes = {o.split(":", 1)[-1] for o in row.value_options
+             if ":" not in o or first is None or o.startswith(f"{first}:")}
+    takes |= row.arg_options | row.code_options | row.global_options
+    longs = {o for o in takes if o.startswith("--")}
+    shorts = {o[1] for o in takes if len(o) == 2 and o[0] == "-"}
+    tar = canonical_name(name) == "tar"
+    values: set[int] = set()
+    i = 0
+    while i < len(words):
+        lit = _literal(words[i])
+        n = 0
+        if lit is None:
+            pass
+        elif lit in ("--", "--end-of-options"):
+            break
+        elif lit in takes:  # also one dash, several letters (zip -TT CMD)
+            n = 1
+        elif tar and i == 0 and re.fullmatch(r"[A-Za-z]+", lit):
+            n = sum(c in _TAR_ARG_LETTERS for c in lit)  # tar cfC ARCHIVE DIR
+        elif tar and _tar_bundle_takes(lit) is not None and lit.startswith("-"):
+            n = 1
+        elif lit.startswith("--"):
+            n = int("=" not in lit and (lit in longs or (
+                lit not in row.global_flags and len(lit) > 2
+                and any(o.startswith(lit) for o in longs))))
+        elif lit.startswith("-") and len(lit) > 1:
+            letter = next((j for j, c in enumerate(lit[1:], 1) if c in shorts), None)
+            n = int(letter == len(lit) - 1)
+        values.update(range(i + 1, min(i + 1 + n, len(words))))
+        i += 1 + n
+    return values
 
 def _is_code_option(word: str, row: Program) -> bool:
     """Whether ``word`` is one of the row's code options, also glued to its value, in a

@@ -19,6 +19,11 @@ Breaks (each an ``xfail(strict=True)`` test that passes once fixed):
   program or the script; xargs' ``--replace`` (a value only glued) was read as taking the
   next word, the real program (``xargs --replace perl -e '1;' {x}``); mawk's ``-W exec
   {x}`` runs the value as the script (fixed: the "abbreviations" section).
+* A ``--`` an option takes as its value (``git -C -- {x}``, ``git --namespace -- {x} gc``,
+  ``tar -cf -- {x}``, ``wget -O -- {x}``, ``sudo -u -- -s {x}``): getopt reads on after it,
+  so the value is an option or the subcommand; the check took it for the end of the
+  options. Also tar's ``-fC {x}`` (``-f`` takes ``C``) and ``tar -c -f a.tar file {x}``
+  (``file`` read as a bundle taking {x}). Fixed: the "-- as an option's value" section.
 * False alarms: argv data is judged as shell text, so a literal argv word such as ``_``,
   ``^((a|b))$``, ``cost: $ 5`` or a ``\\r`` refuses the whole step though no shell runs.
 * ``brain retry RUN PATH`` with a folder (or file) holding no workflow, or only other
@@ -448,3 +453,128 @@ def test_generated_abbreviation_taking_an_argument_refused(argv: list[str]) -> N
     (or the script, or, after gawk's --source, another option): refused for every prefix
     of every option that takes an argument, in every row whose program abbreviates."""
     assert argv_problem(argv) is not None, argv
+
+
+# -- Promise 1: -- as an option's value ---------------------------------------------------
+# getopt gives an option that takes an argument the next word even when it is ``--``: the
+# options go on after it (``git -C -- {x}``, ``tar -cf -- {x}``, ``wget -O -- {x}``), so the
+# value is read as an option or the subcommand. The check took that ``--`` for the end of
+# the options. A tar bundle's argument letter takes the rest of the word when any follows
+# (``-fC``: the archive ``C``), and only tar's first word is a bundle without a dash
+# (``tar -c -f a.tar file {x}``: ``file`` is a file, ``{x}`` an option).
+
+#: git runs ``git`` from ``--exec-path`` (gc runs ``git pack-refs`` …): a ``git`` of the
+#: step's folder that leaves PWNED.
+_GIT_EXEC = "--exec-path=./evil"
+_TAR_CODE = "--use-compress-program=touch PWNED; cat"
+
+DASHDASH_VALUES = [
+    (["git", "--namespace", "--", "{x}", "gc"], _GIT_EXEC),
+    (["git", "-C", "--", "{x}", "gc"], "--exec-path=../evil"),  # a folder named --
+    (["tar", "-c", "-f", "--", "{x}", "notes.txt"], _TAR_CODE),
+    (["tar", "-cf", "--", "{x}", "notes.txt"], _TAR_CODE),
+    (["tar", "cf", "--", "{x}", "notes.txt"], _TAR_CODE),
+    (["tar", "-c", "-fC", "{x}", "notes.txt"], _TAR_CODE),
+    (["tar", "-c", "-f", "a.tar", "notes.txt", "{x}"], _TAR_CODE),
+    (["wget", "-O", "--", "{x}", "http://127.0.0.1:9/"], "--use-askpass=./evil.sh"),
+    (["wget", "-qO", "--", "{x}", "http://127.0.0.1:9/"], "--use-askpass=./evil.sh"),
+]
+
+
+def _setup_dashdash(d: Path, argv: list[str]) -> None:
+    _setup(d)
+    (d / "notes.txt").write_text("notes\n")
+    (d / "evil").mkdir()
+    (d / "evil" / "git").write_text(f"#!/bin/sh\ntouch {shlex.quote(str(d))}/PWNED\n")
+    (d / "evil" / "git").chmod(0o755)
+    for repo in (d, d / "--") if argv[:2] == ["git", "-C"] else (d,):
+        repo.mkdir(exist_ok=True)
+        subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize(("argv", "value"), DASHDASH_VALUES,
+                         ids=[" ".join(a)[:40] for a, _ in DASHDASH_VALUES])
+def test_dashdash_as_option_value_runs_and_is_refused(tmp_path: Path, argv: list[str],
+                                                      value: str) -> None:
+    """A real run shows the value's effect (the old check accepted each of these), and the
+    check refuses the argv."""
+    if not _installed(argv[0]):
+        pytest.skip(f"{argv[0]} not installed")
+    run = tmp_path / "run"
+    run.mkdir()
+    _setup_dashdash(run, argv)
+    assert _runs_value(argv, value, run), f"{argv} with {value!r} left no PWNED"
+    assert argv_problem(argv) is not None, argv
+    work = tmp_path / "wf"
+    work.mkdir()
+    _marker_free_or_refused(work, argv, value)
+
+
+@pytest.mark.parametrize("argv", [
+    ["git", "commit", "-m", "--", "{x}"],  # the message is --: {x} is an option
+    ["git", "--git-dir", "--", "{x}", "status"],
+    ["git", "--namesp", "--", "{x}", "gc"],  # git takes --namesp for --namespace
+    ["git", "-C", "--end-of-options", "{x}"],
+    ["rsync", "-e", "--", "{x}", "dst/"],
+    ["tar", "-x", "--file", "--", "{x}"],
+    ["wget", "--output-document", "--", "{x}"],
+    ["sudo", "-u", "--", "-s", "{x}"],  # -u takes --: -s runs {x} through a shell
+    ["tini", "-s", "--", "-x", "{x}"],
+], ids=lambda a: " ".join(a))
+def test_dashdash_as_option_value_refused(argv: list[str]) -> None:
+    assert argv_problem(argv) is not None
+
+
+@pytest.mark.parametrize("argv", [
+    ["git", "--", "{x}"],
+    ["git", "log", "--oneline", "--", "{x}"],
+    ["git", "-C", "repo", "log", "--", "{x}"],
+    ["git", "-C", "repo", "--end-of-options", "{x}"],
+    ["git", "commit", "-m", "{x}"],
+    ["tar", "-c", "-f", "a.tar", "--", "{x}"],
+    ["tar", "-cf", "{x}", "notes.txt"],
+    ["tar", "cf", "{x}", "notes.txt"],
+    ["tar", "-c", "-f", "{x}", "-C", "{x}", "notes.txt"],
+    ["wget", "-O", "{x}", "--", "https://example.com/"],
+    ["wget", "-q", "--", "{x}"],
+    ["sudo", "-u", "root", "--", "grep", "{x}"],
+    ["sudo", "--", "grep", "{x}"],
+], ids=lambda a: " ".join(a))
+def test_dashdash_ending_options_still_accepted(argv: list[str]) -> None:
+    assert argv_problem(argv) is None
+
+
+def _value_taking(name: str) -> list[tuple[str, ...]]:
+    """The words before the option's value: the option, after a subcommand it is scoped
+    to (``git commit -m``)."""
+    row = PROGRAMS[name]
+    options = row.arg_options | row.code_options | row.global_options | row.value_options
+    return sorted(tuple(o.split(":", 1)) if ":" in o else (o,) for o in options)
+
+
+_TAKING = sorted(name for name, row in PROGRAMS.items()
+                 if row.runs not in ("code", "names") and _value_taking(name))
+#: What follows the option's value: the value alone, with a file, or after a word a row
+#: reads first (timeout's duration, chroot's folder), or after a literal program.
+_TAILS = [["{x}"], ["{x}", "notes.txt"], ["5", "{x}"], ["cat", "{x}"], ["{x}", "gc"]]
+
+
+@st.composite
+def _dashdash(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+    name = draw(st.sampled_from(_TAKING))
+    before = list(draw(st.sampled_from(_value_taking(name))))
+    tail = draw(st.sampled_from(_TAILS))
+    return [name, *before, "--", *tail], [name, *before, "X", *tail]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(pair=_dashdash())
+@example(pair=(["git", "-C", "--", "{x}"], ["git", "-C", "X", "{x}"]))
+@example(pair=(["tar", "-f", "--", "{x}", "notes.txt"], ["tar", "-f", "X", "{x}", "notes.txt"]))
+@example(pair=(["wget", "-O", "--", "{x}"], ["wget", "-O", "X", "{x}"]))
+def test_generated_dashdash_value_judged_as_a_word(pair: tuple[list[str], list[str]]) -> None:
+    """``PROG OPT -- {x}`` is judged as ``PROG OPT X {x}``: OPT takes the ``--`` as its
+    value, and the words after it are read as before."""
+    dashes, word = pair
+    assert (argv_problem(dashes) is None) == (argv_problem(word) is None), (dashes, word)
