@@ -77,6 +77,8 @@ class Demo:
     probe: tuple[str, ...] | None = None
     #: Why the runs half cannot be shown here (for the issue's cases; rows use SKIP_RUNS).
     skip: str | None = None
+    #: How long a run may take (pip builds a package: slow on a busy machine).
+    timeout: float = TIMEOUT
 
 
 TOUCH = {"{x}": "touch MARK"}
@@ -316,7 +318,8 @@ DEMOS: dict[str, Demo] = {
                                                    'build-backend = "backend"\n'
                                                    'backend-path = ["."]\n',
                          "evilpkg/backend.py": 'open("MARK", "w").close()\n'
-                                               'raise SystemExit("not building")\n'})
+                                               'raise SystemExit("not building")\n'},
+                  timeout=60)
        for name in ("pip", "pip3")},
     "npm": Demo("npm exec -c {x}", TOUCH, argv=words("npm exec -c {x}"), needs=("npm", "node")),
     "pnpm": Demo("pnpm exec {x} {y}", PROG, argv=words("pnpm exec {x} {y}")),
@@ -800,10 +803,10 @@ def _wait_for(markers: list[Path]) -> set[Path]:
         time.sleep(0.1)
 
 
-def _run(argv: list[str], where: Path, env: Mapping[str, str]) -> None:
+def _run(argv: list[str], where: Path, env: Mapping[str, str], timeout: float) -> None:
     try:
         subprocess.run(argv, cwd=where, env=dict(env), stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=TIMEOUT)
+                       capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         pass  # the marker decides
 
@@ -830,7 +833,7 @@ def command_runs(demo: Demo, tmp_path: Path) -> set[str]:
         where, marker = _workspace(tmp_path, shell.replace(" ", ""), demo)
         filled = fill(demo.values, marker)
         command = render(demo.template, _lookup(filled), shell_quote=True)
-        _run([*SHELLS[shell], command], where, _env(where, demo.env))
+        _run([*SHELLS[shell], command], where, _env(where, demo.env), demo.timeout)
         runs[shell] = marker
         spaces.append(where)
     hit = _wait_for(list(runs.values()))
@@ -847,7 +850,7 @@ def argv_runs(demo: Demo, tmp_path: Path) -> bool:
     argv = list(demo.argv)
     for key, value in filled.items():
         argv = [w.replace(key, value) for w in argv]
-    _run(argv, where, _env(where, demo.env))
+    _run(argv, where, _env(where, demo.env), demo.timeout)
     hit = _wait_for([marker])
     _cleanup(demo, where)
     return bool(hit)

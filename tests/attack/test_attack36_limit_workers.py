@@ -39,7 +39,7 @@ from brain import Limit, llm, workflow
 @workflow(limits={{"atk36-pg": Limit(requests=1, per="2s")}})
 def ask():
     llm("ask", prompt="question {{trigger.body}}", model="m", provider_url="{url}",
-        limit="atk36-pg", timeout_seconds=3)
+        limit="atk36-pg", timeout_seconds=10)
 '''
 
 

@@ -82,7 +82,7 @@ def test_endless_output_is_stopped_at_the_limit_not_by_the_timeout():
 
     @workflow
     def sh_endless():
-        shell("yes", command="yes", max_output_bytes=4096, timeout_seconds=3)
+        shell("yes", command="yes", max_output_bytes=4096, timeout_seconds=10)
 
     for attempt in range(10):
         r = sh_endless()

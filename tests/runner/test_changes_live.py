@@ -154,7 +154,12 @@ def test_a_waiting_run_goes_on_with_the_new_code_when_what_it_ran_is_unchanged(
                     await api.decide(run_id, "wait", approved=True)
             elif kind == "signal":
                 assert len(await api.signal("go")) == len(EDITS)
-            elif kind == "child":
+            elif kind == "child":  # (a parent waits on its child before the child waits)
+                for _ in range(int(SECONDS / 0.05)):
+                    held = await service.store.list_runs(workflow="held", status="waiting")
+                    if len(held) == len(EDITS):
+                        break
+                    await asyncio.sleep(0.05)
                 assert len(await api.signal("child-go")) == len(EDITS)
             results = await _all_ended(service.store, ids)
             return results, (first[EDITS[0]].version or "", second[EDITS[0]].version or "")

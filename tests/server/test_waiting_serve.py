@@ -253,6 +253,7 @@ def test_a_waiting_run_is_cancelled_at_once_and_its_timer_never_continues_it(
 # --- a thousand waiting runs ------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(600)  # 1,000 runs through a 2-slot server: minutes on a busy machine
 def test_a_thousand_waiting_runs_leave_the_slots_to_a_new_one(tmp_path: Path,
                                                                servers: list[BrainServer]) -> None:
     """``--concurrency 2`` and 1,000 runs waiting for a decision: a new run still goes
@@ -294,7 +295,7 @@ def test_a_thousand_waiting_runs_leave_the_slots_to_a_new_one(tmp_path: Path,
         held = {run_id for ids in pool.map(post, range(8)) for run_id in ids}
     assert len(held) == 1000
     wait_for(lambda: metric(server, r'brain_runs_waiting\{kind="approval",workflow="held"\}')
-             == 1000.0, 60, "the 1,000 runs to wait")
+             == 1000.0, 300, "the 1,000 runs to wait")
 
     for _ in range(3):  # a new run goes through each time: no slot is held by the waiting
         quick_run()
