@@ -84,7 +84,8 @@ def _has_regrtest() -> bool:
 @pytest.mark.xfail(strict=True, reason="python3 -m test (regrtest) is missing from "
                    "CODE_MODULES: a value --python=PROG runs PROG as the worker")
 @pytest.mark.parametrize("argv", [["python3", "-m", "test", "-j1", "{x}", "test_int"],
-                                  ["python3", "-m", "test", "-j1", "test_int", "{x}"]],
+                                  ["python3", "-m", "test", "-j1", "test_int", "{x}"],
+                                  ["python3", "-m", "test.regrtest", "-j1", "{x}", "test_int"]],
                          ids=lambda a: " ".join(a))
 def test_python_m_test_python_option(tmp_path: Path, argv: list[str]) -> None:
     _need("python3")
@@ -92,6 +93,30 @@ def test_python_m_test_python_option(tmp_path: Path, argv: list[str]) -> None:
         pytest.skip("python3's test package not installed")
     work = _work(tmp_path)
     assert _runs_value(work, argv, "--python=./pwn")
+    assert argv_problem(argv) is not None
+
+
+GIT_DIR = [
+    ["git", "-C", "{x}", "status"],
+    ["git", "--git-dir", "{x}/.git", "status"],
+    ["timeout", "30", "git", "-C", "{x}", "status"],
+]
+
+
+@pytest.mark.xfail(strict=True, reason="git -C/--git-dir take a value as the repository, "
+                   "whose config (core.fsmonitor, hooks, aliases) git runs: a value naming "
+                   "a repository the attacker prepared (an upload, an earlier step's clone) "
+                   "runs its code; env -C {x} is refused for the same reason")
+@pytest.mark.parametrize("argv", GIT_DIR, ids=lambda a: " ".join(a))
+def test_git_repository_value_runs_its_config(tmp_path: Path, argv: list[str]) -> None:
+    _need("git")
+    work = _work(tmp_path)
+    evil = tmp_path / "evil"
+    subprocess.run(["git", "init", "-q", str(evil)], check=True)
+    subprocess.run(["git", "-C", str(evil), "config", "core.fsmonitor",
+                    f"touch {work / 'PWNED'}; false #"], check=True)
+    real = [w.replace("{x}", str(evil)) for w in argv]
+    assert _runs_value(work, real, str(evil))
     assert argv_problem(argv) is not None
 
 
