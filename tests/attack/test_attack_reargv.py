@@ -120,6 +120,36 @@ def test_git_repository_value_runs_its_config(tmp_path: Path, argv: list[str]) -
     assert argv_problem(argv) is not None
 
 
+# The programs of CODE_MODULES (`python3 -m pydoc {x}`, `-m pytest` are refused) under
+# their own program names are missing from the table: the value names the module or
+# test file that runs.
+MODULE_PROGRAMS = [
+    (["pydoc3", "{x}"], "pwnmod", "pydoc3"),
+    (["pydoc", "{x}"], "pwnmod", "pydoc"),
+    (["@VENV/pytest", "-q", "{x}"], "test_pwn.py", "pytest"),
+    (["@VENV/pytest", "-q", "test_ok.py", "{x}"], "test_pwn.py", "pytest"),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="pydoc3/pytest (console scripts of code-running "
+                   "modules) are missing from the table: the value is the module or test "
+                   "file they import and run")
+@pytest.mark.parametrize(("argv", "value", "program"), MODULE_PROGRAMS,
+                         ids=lambda a: " ".join(a) if isinstance(a, list) else a)
+def test_module_program_runs_the_value(tmp_path: Path, argv: list[str], value: str,
+                                       program: str) -> None:
+    venv = Path(__file__).resolve().parents[2] / ".venv" / "bin"
+    argv = [w.replace("@VENV", str(venv)) for w in argv]
+    _need(argv[0])
+    work = _work(tmp_path)
+    code = "import os\nos.system('touch PWNED')\n"
+    (work / "pwnmod.py").write_text(code)
+    (work / "test_pwn.py").write_text(code + "def test_x():\n    pass\n")
+    (work / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    assert _runs_value(work, argv, value)
+    assert argv_problem([program, *argv[1:]]) is not None
+
+
 # -- What held: a generated search over the GNU program-runners ----------------------------
 
 RUNNERS = ["env", "timeout", "nice", "stdbuf", "xargs"]
