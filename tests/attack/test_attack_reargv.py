@@ -150,6 +150,25 @@ def test_module_program_runs_the_value(tmp_path: Path, argv: list[str], value: s
     assert argv_problem([program, *argv[1:]]) is not None
 
 
+PROVE = [
+    (["prove", "{x}", "a.t"], "--exec=./pwn"),
+    (["prove", "a.t", "{x}"], "evil.t"),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="prove (perl's test runner) is missing from the "
+                   "table: a value --exec=PROG runs PROG, a value naming a .t file runs it")
+@pytest.mark.parametrize(("argv", "value"), PROVE, ids=lambda a: " ".join(a)
+                         if isinstance(a, list) else a)
+def test_prove_runs_the_value(tmp_path: Path, argv: list[str], value: str) -> None:
+    _need("prove")
+    work = _work(tmp_path)
+    (work / "a.t").write_text('print "ok 1\\n1..1\\n";\n')
+    (work / "evil.t").write_text('system("touch PWNED"); print "ok 1\\n1..1\\n";\n')
+    assert _runs_value(work, argv, value)
+    assert argv_problem(argv) is not None
+
+
 # -- What held: a generated search over the GNU program-runners ----------------------------
 
 RUNNERS = ["env", "timeout", "nice", "stdbuf", "xargs"]
