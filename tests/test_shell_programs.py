@@ -86,6 +86,8 @@ PROG = {"{x}": "touch", "{y}": "MARK"}  # the value is the program, its argument
 SUBSCRIPT = {"{x}": "a[$(touch MARK)]"}
 PS4 = {"{x}": "PS4=$(touch MARK)"}
 JOB = {"job.sh": "#!/bin/sh\ntouch MARK\n"}  # a script a value can name as the program
+#: A Python module a value can name, which runs when imported.
+PWNMOD = {"pwnmod.py": "import os\nos.system('touch MARK')\n"}
 
 
 def words(template: str) -> tuple[str, ...]:
@@ -487,6 +489,29 @@ DEMOS: dict[str, Demo] = {
     "mlr": Demo("mlr -n put {x}", {"{x}": 'end { system("touch MARK") }'},
                 argv=words("mlr -n put {x}")),
     "rake": Demo("rake -e {x}", {"{x}": 'system("touch MARK")'}, argv=words("rake -e {x}")),
+    # The value names the module, test file, application or task they import and run.
+    "pydoc": Demo("pydoc {x}", {"{x}": "pwnmod"}, argv=words("pydoc {x}"), files=PWNMOD),
+    **{name: Demo(f"{name} -q -p no:cacheprovider {{x}}", {"{x}": "test_pwn.py"},
+                  argv=words(f"{name} -q -p no:cacheprovider {{x}}"),
+                  files={"test_pwn.py": PWNMOD["pwnmod.py"] + "def test_x():\n    pass\n"})
+       for name in ("pytest", "py.test")},
+    "prove": Demo("prove {x} a.t", {"{x}": "--exec=./job.sh"}, argv=words("prove {x} a.t"),
+                  files={**JOB, "a.t": 'print "ok 1\\n1..1\\n";\n'}),
+    **{name: Demo(f"{name} {{x}}", {"{x}": "pwnmod:app"}, argv=words(f"{name} {{x}}"),
+                  files=PWNMOD) for name in ("uvicorn", "gunicorn")},
+    "coverage": Demo("coverage run {x}", {"{x}": "pwnmod.py"}, argv=words("coverage run {x}"),
+                     files=PWNMOD),
+    "flask": Demo("flask --app {x} routes", {"{x}": "pwnmod"},
+                  argv=words("flask --app {x} routes"), files=PWNMOD),
+    "celery": Demo("celery -A {x} report", {"{x}": "pwnmod"},
+                   argv=words("celery -A {x} report"), files=PWNMOD),
+    "tox": Demo("tox -c {x} -e pwn", {"{x}": "evil.ini"}, argv=words("tox -c {x} -e pwn"),
+                files={"evil.ini": "[testenv:pwn]\nskip_install = true\n"
+                                   "allowlist_externals = touch\ncommands = touch MARK\n"}),
+    "nox": Demo("nox -f {x}", {"{x}": "pwnmod.py"}, argv=words("nox -f {x}"), files=PWNMOD),
+    **{name: Demo(f"{name} {{x}} notes.txt", {"{x}": 'system("touch MARK")'},
+                  argv=words(f"{name} {{x}} notes.txt"), files={"notes.txt": "notes\n"})
+       for name in ("rename", "prename", "file-rename")},
     "nix-shell": Demo("nix-shell -p hello --run {x}", TOUCH,
                       argv=words("nix-shell -p hello --run {x}")),
     "hwloc-bind": prog("hwloc-bind", "hwloc-bind all {x} {y}"),

@@ -171,7 +171,7 @@ def test_a_bare_placeholder_right_before_a_redirection_is_still_refused(template
 
 # --- uv run, npm run ----------------------------------------------------------------------
 
-SCRIPTS = st.sampled_from(["script.py", "tools/report.py", "./job.py", "pytest", "ruff"])
+SCRIPTS = st.sampled_from(["script.py", "tools/report.py", "./job.py", "black", "ruff"])
 UV_OPTIONS = st.lists(st.sampled_from(["--with requests", "--python=3.12", "--frozen", "-q",
                                        "--no-project", "--with-editable ./lib"]), max_size=2)
 ARGS = st.lists(st.sampled_from(["--date", "-v", "out.txt", "--"]), max_size=2)

@@ -77,6 +77,9 @@ class Program:
     #: ``text``: the short option whose argument names a long option (gawk's ``-W source``,
     #: ``-Wsource=…`` are ``--source``, ``--source=…``): see :meth:`long_named`.
     long_letter: str = ""
+    #: ``text``: flags after which every argument is a file it runs as code (``node
+    #: --test a.js {x}`` runs each file as a test): no placeholder at all with one.
+    runs_all: frozenset[str] = frozenset()
 
     def long_option(self, word: str) -> str:
         """The option long option word ``word`` names, with its glued value: for a row that

@@ -128,12 +128,19 @@ class _ProgramText:
         placeholder must follow ``--``. perl's ``-n``/``-p`` loop, and a perl program
         reading ``<>``, open a file name ending in ``|`` as a command: no placeholder at
         all then. ``python -m MODULE`` is judged as the module (:meth:`check_module`)."""
-        anywhere = canonical_name(name) == "sed"
+        anywhere = canonical_name(name) in ("sed", "rename", "prename", "file-rename")
         refusal = _Refused(f"an option or the program text of {name}, which {row.why}",
                            f"write {name}'s program literally and pass the value after it"
                            + (" and after --" if anywhere else "") + ", or through env= or stdin=")
         if row is PROGRAMS["perl"]:
             self.check_perl_loop(name, words)
+        if row.runs_all and any(map(self.hostile, words)):
+            ran = next((lit for w in words if (lit := _literal(w)) is not None
+                        and lit.split("=", 1)[0] in row.runs_all), None)
+            if ran is not None:
+                raise _Refused(f"an argument of {name} {ran}, which runs every file its "
+                               f"arguments name as code",
+                               "pass the value through env= (and use \"$VAR\") or stdin=")
         program = via_option = False
         i = 0
         while i < len(words):

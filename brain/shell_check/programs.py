@@ -123,6 +123,9 @@ PROGRAMS: dict[str, Program] = {
     **_rows("code", "runs code from its arguments or standard input (a REPL or evaluator)",
             "irb pry psysh jshell iex erl spark-shell pyspark clojure clj gnuplot octave "
             "matlab mlr rake nix-shell"),
+    **_rows("code", "runs the module, test file, application or task its arguments name "
+            "(pydoc imports it, a test runner or server loads it, prove --exec=PROG)",
+            "pydoc pytest py.test prove uvicorn gunicorn coverage flask celery tox nox"),
     **_rows("code", "runs the program named after a varying number of words (locations, a "
             "subcommand)", "hwloc-bind uftrace"),
     **_rows("code", "runs SQL and its own commands (.shell, \\!) from its arguments and stdin",
@@ -305,7 +308,7 @@ PROGRAMS: dict[str, Program] = {
             arg_options=_set("-I -r")),
     **_rows("text", "runs the text after -e or -p as code (and reads options after it)",
             "node nodejs", code_options=_set("-e --eval -p --print --run"),
-            arg_options=_NODE_ARG_OPTIONS),
+            arg_options=_NODE_ARG_OPTIONS, runs_all=_set("--test")),
     **_rows("text", "runs the text after -r as code", "php", code_options=_set("-r"),
             arg_options=_set("-d -c")),
     **_rows("text", "runs the text after -e as code (and the next word as a script)",
@@ -315,6 +318,9 @@ PROGRAMS: dict[str, Program] = {
             arg_options=_set("-W -X --check-hash-based-pycs"),
             after_code="data", module_options=_set("-m")),
     **_rows("text", "runs the text after -e as code", "Rscript", code_options=_set("-e")),
+    **_rows("text", "runs its first argument (or the text after -e) as a Perl expression",
+            "rename prename file-rename", code_options=_set("-e -E"),
+            arg_options=_set("-d --path --fullpath -m -u --unicode")),
     **_rows("text", "runs the class or jar it names as code (after -jar, -m or its options)",
             "java", code_options=_set("-jar -m --module"), clusters=False,
             arg_options=_set("-cp -classpath --class-path -p --module-path --add-modules "
@@ -328,14 +334,14 @@ PROGRAMS: dict[str, Program] = {
             "grep -O…)", "git",
             code_options=_set("-c --config-env --exec-path --upload-pack -u --receive-pack "
                               "--exec -x --extcmd -O --open-files-in-pager --config "
-                              "--template"),
+                              "--template -C --git-dir --work-tree"),
             arg_options=_set("-C -c --git-dir --work-tree --namespace --config-env "
                              "--attr-source --super-prefix"),
             global_flags=_set("-p --paginate -P --no-pager --no-replace-objects --bare "
                               "--literal-pathspecs --glob-pathspecs --noglob-pathspecs "
                               "--icase-pathspecs --no-optional-locks --no-advice "
                               "--no-lazy-fetch"),
-            value_options=_set("-C --author --committer --since --until --after --before "
+            value_options=_set("--author --committer --since --until --after --before "
                                "--grep commit:-m commit:--message merge:-m merge:--message "
                                "stash:-m stash:--message tag:-m tag:--message "
                                "archive:-o archive:--output"),
@@ -380,6 +386,7 @@ _ALIASES = [(re.compile(p), name) for p, name in [
     (r"lua[0-9.]*", "lua"), (r"ruby[0-9.]*", "ruby"), (r"node[0-9]*", "node"),
     (r"ld(?:-linux[\w.-]*)?\.so(?:\.[0-9]+)*", "x86_64"), (r"gawk[0-9.-]*", "gawk"),
     (r"qemu-[\w.-]+", "x86_64"), (r"java[0-9.]*", "java"),
+    (r"pydoc[0-9.]*", "pydoc"), (r"(?:pytest|py\.test)(?:-?[0-9.]+)?", "pytest"),
     # Homebrew's names of the GNU tools on macOS (coreutils, findutils, gnu-sed, gnu-tar).
     *((f"g{name}", name) for name in ("timeout", "env", "xargs", "nice", "nohup", "stdbuf",
                                       "chroot", "time", "sed", "tar", "sort", "split")),
@@ -398,6 +405,7 @@ code codeop asyncio pdb ipdb pudb debugpy IPython ptpython bpython idlelib idle 
 pickle cProfile profile trace runpy timeit unittest doctest pytest nose nose2 coverage memray
 scalene pyinstrument line_profiler kernprof jupyter ipykernel nbconvert papermill build
 uvicorn gunicorn hypercorn flask celery streamlit django invoke fabric nox tox locust scrapy
+test behave green trial twisted daphne waitress dramatiq rq huey sphinx xdist pytest_xdist
 """.split())
 
 

@@ -3,7 +3,7 @@ hostile placeholder value runs code or a program of its choosing.
 
 Each hole is shown by a real run (the value makes a marker file appear) and then
 asserts that :func:`brain.shell_check.argv_problem` refuses the argv; marked
-``xfail(strict=True)`` while the hole is open. The hypothesis test at the end
+``xfail(strict=True)`` while the hole was open (all are closed now). The hypothesis test at the end
 searches option words of the GNU program-runners (``--help``, prefixes,
 clusters, ``--``) and holds now.
 """
@@ -58,8 +58,6 @@ NODE_TEST = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="node --test runs every file argument as a test "
-                   "(code); the check reads the words after the first file as data for it")
 @pytest.mark.parametrize("argv", NODE_TEST, ids=lambda a: " ".join(a))
 def test_node_test_runs_every_file_argument(tmp_path: Path, argv: list[str]) -> None:
     _need("node")
@@ -71,7 +69,6 @@ def test_node_test_runs_every_file_argument(tmp_path: Path, argv: list[str]) -> 
     assert argv_problem(argv) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="node --test: in a shell command too")
 def test_node_test_runs_every_file_argument_in_command() -> None:
     assert shell_problem("node --test a.js {x}") is not None
 
@@ -81,8 +78,6 @@ def _has_regrtest() -> bool:
                           check=False).returncode == 0
 
 
-@pytest.mark.xfail(strict=True, reason="python3 -m test (regrtest) is missing from "
-                   "CODE_MODULES: a value --python=PROG runs PROG as the worker")
 @pytest.mark.parametrize("argv", [["python3", "-m", "test", "-j1", "{x}", "test_int"],
                                   ["python3", "-m", "test", "-j1", "test_int", "{x}"],
                                   ["python3", "-m", "test.regrtest", "-j1", "{x}", "test_int"]],
@@ -103,10 +98,6 @@ GIT_DIR = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="git -C/--git-dir take a value as the repository, "
-                   "whose config (core.fsmonitor, hooks, aliases) git runs: a value naming "
-                   "a repository the attacker prepared (an upload, an earlier step's clone) "
-                   "runs its code; env -C {x} is refused for the same reason")
 @pytest.mark.parametrize("argv", GIT_DIR, ids=lambda a: " ".join(a))
 def test_git_repository_value_runs_its_config(tmp_path: Path, argv: list[str]) -> None:
     _need("git")
@@ -131,9 +122,6 @@ MODULE_PROGRAMS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="pydoc3/pytest (console scripts of code-running "
-                   "modules) are missing from the table: the value is the module or test "
-                   "file they import and run")
 @pytest.mark.parametrize(("argv", "value", "program"), MODULE_PROGRAMS,
                          ids=lambda a: " ".join(a) if isinstance(a, list) else a)
 def test_module_program_runs_the_value(tmp_path: Path, argv: list[str], value: str,
@@ -156,8 +144,6 @@ PROVE = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="prove (perl's test runner) is missing from the "
-                   "table: a value --exec=PROG runs PROG, a value naming a .t file runs it")
 @pytest.mark.parametrize(("argv", "value"), PROVE, ids=lambda a: " ".join(a)
                          if isinstance(a, list) else a)
 def test_prove_runs_the_value(tmp_path: Path, argv: list[str], value: str) -> None:
